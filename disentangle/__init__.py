@@ -1,0 +1,1 @@
+"""disentangle: disentangled representation learning with quantized latents."""

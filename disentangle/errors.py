@@ -1,0 +1,13 @@
+"""Errors that end a run with one clear line (kept import-light so the CLI can catch them cheaply)."""
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; raised before any training work starts."""
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset's prepared file is missing; the message says which file and how to make it."""
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss term became NaN or inf; the message names the term and the step."""

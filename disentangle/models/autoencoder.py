@@ -1,0 +1,181 @@
+"""The shared autoencoder LightningModule: encoder -> latent module -> decoder, plus regularizers.
+
+AE, QLAE and Tripod (and their ablations) are configurations of this one class: they differ only in
+the latent module, the regularizers attached and the optimizer settings. A new method overrides a hook
+(``reconstruction_loss``, ``extra_terms``) in a small subclass; the training step stays here.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import NonFiniteLossError
+from ..quantizers.base import LatentModule, LatentOutput
+from ..regularizers.base import Regularizer, StepContext
+from ..regularizers.weight_decay import decay_groups
+
+
+def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Per-pixel mean sigmoid BCE against real-valued targets in [0, 1], averaged over the batch
+    (QLAE eq. 2 and Tripod Alg. 1 as implemented by the authors; spec qlae.md §4)."""
+    return F.binary_cross_entropy_with_logits(logits, x, reduction="mean")
+
+
+class Autoencoder(pl.LightningModule):
+    """Deterministic autoencoder with a pluggable latent module and regularizers.
+
+    Args:
+        arch: {"encoder": factory, "decoder": factory} (Hydra ``_partial_``), completed here with the
+            data's shape; ``latent``: factory of the latent module.
+        n_latents: number of latent dimensions (default in configs: 2 x number of factors).
+        in_channels, resolution: image shape, taken from the data module.
+        regularizers: name -> Regularizer; those with weight 0 are dropped (not computed).
+        optimizer: lr, betas, eps, weight_decay (AdamW on network weights only), clip_value
+            (element-wise gradient clipping; None/0 disables) and clip_undecayed (also clip biases and
+            codebooks; the QLAE authors clip only the decayed group, Tripod's clip everything).
+        batch_size: the method's paper batch size (read by the data config; stored for reference).
+        tuned: the config's per-dataset value table; the values for the chosen dataset have already
+            been interpolated into the arguments above, so it is only kept for the record.
+    """
+
+    def __init__(
+        self,
+        arch: Mapping[str, Callable[..., nn.Module]],
+        latent: Callable[..., LatentModule],
+        n_latents: int,
+        in_channels: int = 3,
+        resolution: int = 64,
+        regularizers: Mapping[str, Regularizer] | None = None,
+        optimizer: Mapping | None = None,
+        batch_size: int = 64,
+        name: str = "autoencoder",
+        tuned: Mapping | None = None,
+    ):
+        super().__init__()
+        if int(n_latents) < 1:
+            raise ValueError(f"model.n_latents must be >= 1 (got {n_latents})")
+        if int(batch_size) < 1:
+            raise ValueError(f"model.batch_size must be >= 1 (got {batch_size})")
+        self.method = name
+        self.n_latents = int(n_latents)
+        self.latent = latent(n_latents=self.n_latents)
+        if set(arch) != {"encoder", "decoder"}:
+            raise ValueError(f"model.arch must have exactly 'encoder' and 'decoder' (got {sorted(arch)})")
+        self.encoder = arch["encoder"](in_channels=in_channels, resolution=resolution, out_features=self.latent.in_features)
+        self.decoder = arch["decoder"](in_features=self.n_latents, out_channels=in_channels, resolution=resolution)
+        active = {k: r for k, r in (regularizers or {}).items() if r is not None and r.weight > 0}
+        for reg in active.values():
+            if hasattr(reg, "bind"):
+                reg.bind(self.decoder)
+        self.regularizers = nn.ModuleDict(active)
+        self.optim_cfg = _optimizer_config(optimizer or {})
+        self.run_config: dict | None = None  # the composed Hydra config, stored in checkpoints
+
+    # -- forward pieces ----------------------------------------------------------------------------
+    @property
+    def discrete_latents(self) -> bool:
+        return bool(self.latent.discrete)
+
+    def encode(self, x: torch.Tensor) -> LatentOutput:
+        return self.latent(self.encoder(x))
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Logits of the reconstruction; the image is their sigmoid."""
+        return self.decoder(z)
+
+    @torch.no_grad()
+    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(evaluation representation, reconstructed image in [0, 1])."""
+        out = self.encode(x)
+        return self.latent.representation(out), torch.sigmoid(self.decode(out.z))
+
+    # -- hooks a method may override ---------------------------------------------------------------
+    def reconstruction_loss(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return bce_reconstruction(logits, x)
+
+    def extra_terms(self, ctx: StepContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Method-specific loss terms and their weights (none for AE/QLAE/Tripod)."""
+        return {}, {}
+
+    # -- the training step, written once -----------------------------------------------------------
+    def loss_terms(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """All unweighted loss terms of one batch and the weight of each."""
+        pre = self.encoder(x)
+        latent = self.latent(pre)
+        needs = {name for reg in self.regularizers.values() for name in reg.needs_activations}
+        activations: dict[str, torch.Tensor] = {}
+        if needs:
+            logits, activations = self.decoder(latent.z, return_activations=True)
+        else:
+            logits = self.decoder(latent.z)
+        terms = {"reconstruction": self.reconstruction_loss(logits, x)}
+        weights = {"reconstruction": 1.0}
+        for name, value in latent.losses.items():
+            terms[name], weights[name] = value, self.latent.weights[name]
+        ctx = StepContext(x=x, pre=pre, latent=latent, logits=logits, activations=activations, decoder=self.decoder)
+        for reg in self.regularizers.values():
+            for name, value in reg(ctx).items():
+                terms[name], weights[name] = value, reg.weight
+        extra, extra_weights = self.extra_terms(ctx)
+        terms.update(extra)
+        weights.update(extra_weights)
+        return terms, weights
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        x = batch[0]
+        terms, weights = self.loss_terms(x)
+        loss = sum(weights[name] * value for name, value in terms.items())
+        if not torch.isfinite(loss):  # one host sync per step; names the culprit only when needed
+            bad = [name for name, value in terms.items() if not torch.isfinite(value)] or ["total"]
+            raise NonFiniteLossError(
+                f"non-finite loss at step {self.global_step}: term '{bad[0]}' = {terms.get(bad[0], loss).item()}"
+            )
+        self.log("train/loss", loss, prog_bar=True)
+        self.log_dict({f"train/{name}": value.detach() for name, value in terms.items()})
+        return loss
+
+    # -- optimisation ------------------------------------------------------------------------------
+    def configure_optimizers(self):
+        cfg = self.optim_cfg
+        groups = decay_groups(
+            {"encoder": self.encoder, "decoder": self.decoder, "latent": self.latent},
+            cfg["weight_decay"],
+            exempt=[self.latent],
+        )
+        return torch.optim.AdamW(groups, lr=cfg["lr"], betas=cfg["betas"], eps=cfg["eps"])
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        clip = self.optim_cfg["clip_value"]
+        if not clip:
+            return
+        for group in optimizer.param_groups:
+            if group.get("name") == "decayed" or self.optim_cfg["clip_undecayed"]:
+                torch.nn.utils.clip_grad_value_(group["params"], clip)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.run_config is not None:
+            checkpoint["disentangle_config"] = self.run_config
+
+
+def _optimizer_config(cfg: Mapping) -> dict:
+    out = {
+        "lr": float(cfg.get("lr", 1e-3)),
+        "betas": tuple(float(b) for b in cfg.get("betas", (0.9, 0.99))),
+        "eps": float(cfg.get("eps", 1e-8)),
+        "weight_decay": float(cfg.get("weight_decay", 0.0)),
+        "clip_value": float(cfg.get("clip_value") or 0.0),
+        "clip_undecayed": bool(cfg.get("clip_undecayed", False)),
+    }
+    if not out["lr"] > 0:
+        raise ValueError(f"model.optimizer.lr must be > 0 (got {out['lr']})")
+    if not out["weight_decay"] >= 0:
+        raise ValueError(f"model.optimizer.weight_decay must be >= 0 (got {out['weight_decay']})")
+    if not out["clip_value"] >= 0:
+        raise ValueError(f"model.optimizer.clip_value must be >= 0 (got {out['clip_value']})")
+    if len(out["betas"]) != 2 or not all(0 <= b < 1 for b in out["betas"]):
+        raise ValueError(f"model.optimizer.betas must be two numbers in [0, 1) (got {list(out['betas'])})")
+    return out

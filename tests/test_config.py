@@ -1,0 +1,97 @@
+"""Config composition: every model x data pair, per-(model, data) values, attaching regularizers."""
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from conftest import CONF, DATASETS, MODELS, compose_config, run_cli
+
+CHANNELS = {"sprites": 1, "dsprites": 1}
+
+
+def test_the_expected_models_and_datasets_exist():
+    assert set(MODELS) >= {"ae", "qlae", "qlae_global_codebook", "qlae_no_wd", "tripod", "tripod_no_nhp",
+                           "tripod_no_klm", "tripod_finer"}
+    assert set(DATASETS) >= {"shapes2d", "sprites", "shapes3d", "mpi3d", "falcor3d", "isaac3d", "dsprites"}
+
+
+@pytest.mark.parametrize("data", DATASETS)
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_data_pair_composes_and_builds(model, data):
+    cfg = compose_config([f"model={model}", f"data={data}", "model/arch=small"])
+    OmegaConf.resolve(cfg)
+    n_factors = len(cfg.data.factor_sizes)
+    assert cfg.model.n_latents == 2 * n_factors
+    assert cfg.data.batch_size == cfg.model.batch_size
+    net = instantiate(cfg.model, in_channels=CHANNELS.get(data, 3), resolution=32)
+    assert net.n_latents == 2 * n_factors
+    assert net.encoder.__class__.__name__ == "SmallEncoder"
+
+
+@pytest.mark.parametrize("model, arch", [("ae", "ConvEncoder"), ("qlae", "ConvEncoder"), ("tripod", "ResidualEncoder")])
+def test_paper_architectures_are_the_defaults(model, arch):
+    cfg = compose_config([f"model={model}", "data=shapes3d"])
+    net = instantiate(cfg.model, in_channels=3, resolution=64)
+    assert type(net.encoder).__name__ == arch
+
+
+def test_tripod_on_isaac3d_gets_the_authors_lambdas():
+    cfg = compose_config(["model=tripod", "data=isaac3d"])
+    assert cfg.model.regularizers.klm.weight == pytest.approx(1e-4)
+    assert cfg.model.regularizers.nhp.weight == pytest.approx(1e-8)
+    assert cfg.model.n_latents == 18 and cfg.model.batch_size == 64
+    other = compose_config(["model=tripod", "data=mpi3d"])
+    assert (other.model.regularizers.klm.weight, other.model.regularizers.nhp.weight) == (1e-8, 1e-4)
+
+
+def test_qlae_weight_decay_follows_the_dataset_and_stays_overridable():
+    assert compose_config(["model=qlae", "data=shapes3d"]).model.optimizer.weight_decay == pytest.approx(0.1)
+    assert compose_config(["model=qlae", "data=mpi3d"]).model.optimizer.weight_decay == pytest.approx(1e-3)
+    assert compose_config(["model=qlae_no_wd", "data=shapes3d"]).model.optimizer.weight_decay == 0
+    cfg = compose_config(["model=qlae", "data=shapes3d", "model.optimizer.weight_decay=0.5"])
+    assert cfg.model.optimizer.weight_decay == 0.5
+
+
+def test_ablations_keep_tripods_tuned_values_and_switch_one_thing_off():
+    no_nhp = compose_config(["model=tripod_no_nhp", "data=isaac3d"]).model
+    assert no_nhp.regularizers.nhp.weight == 0 and no_nhp.regularizers.klm.weight == pytest.approx(1e-4)
+    no_klm = compose_config(["model=tripod_no_klm", "data=shapes3d"]).model
+    assert no_klm.regularizers.klm.weight == 0 and no_klm.regularizers.nhp.weight == pytest.approx(1e-2)
+    assert compose_config(["model=tripod_finer"]).model.latent.n_levels == 144
+    net = instantiate(compose_config(["model=tripod_no_nhp", "model/arch=small"]).model, in_channels=3, resolution=32)
+    assert list(net.regularizers) == ["klm"]  # zero-weight terms are not computed at all
+    glob = instantiate(compose_config(["model=qlae_global_codebook", "model/arch=small"]).model, in_channels=3, resolution=32)
+    assert glob.latent.values.shape == (1, 10)
+
+
+def test_any_regularizer_attaches_to_any_model_from_the_command_line():
+    cfg = compose_config(["model=qlae", "model/arch=small", "+regularizer=nhp", "model.regularizers.nhp.weight=0.5"])
+    net = instantiate(cfg.model, in_channels=3, resolution=32)
+    assert set(net.regularizers) == {"nhp"} and net.regularizers["nhp"].weight == 0.5
+    cfg = compose_config(["model=ae", "model/arch=small", "+regularizer=[klm,nhp]"])
+    assert set(instantiate(cfg.model, in_channels=3, resolution=32).regularizers) == {"klm", "nhp"}
+
+
+def test_slurm_launcher_config_composes():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
+    assert "submitit" in cfg.hydra.launcher._target_.lower()
+    assert cfg.hydra.launcher.gpus_per_node == 1
+
+
+def test_cli_prints_the_composed_config_with_tuned_values():
+    res = run_cli("model=tripod", "data=isaac3d", "--cfg", "job")
+    assert res.returncode == 0, res.stderr
+    cfg = OmegaConf.create(res.stdout)
+    assert cfg.model.regularizers.klm.weight == pytest.approx(1e-4)
+    assert cfg.model.regularizers.nhp.weight == pytest.approx(1e-8)
+    assert cfg.model.n_latents == 18
+
+
+@pytest.mark.parametrize("override, choice", [("model=nope", "tripod"), ("data=nope", "isaac3d")])
+def test_unknown_names_give_hydras_error_listing_the_choices(override, choice):
+    res = run_cli(override, "--cfg", "job")
+    assert res.returncode != 0
+    assert "Available options" in res.stderr and choice in res.stderr
