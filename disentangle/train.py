@@ -27,7 +27,9 @@ def main(cfg: DictConfig) -> None:
 
 def cli() -> None:
     # `--cfg job` shows resolved values (per-dataset lambdas, n_latents) rather than interpolations
-    if any(a in ("--cfg", "-c") for a in sys.argv) and "--resolve" not in sys.argv:
+    args = sys.argv[1:]
+    shows_job = any(a in ("--cfg", "-c") and args[i + 1 : i + 2] == ["job"] for i, a in enumerate(args))
+    if shows_job and "--resolve" not in args:
         sys.argv.append("--resolve")
     main()
 

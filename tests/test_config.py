@@ -95,3 +95,14 @@ def test_unknown_names_give_hydras_error_listing_the_choices(override, choice):
     res = run_cli(override, "--cfg", "job")
     assert res.returncode != 0
     assert "Available options" in res.stderr and choice in res.stderr
+
+
+SWEEPS = sorted(p.stem for p in (CONF.parent / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_sweep_files_compose_with_their_grids(sweep):
+    res = run_cli("-cd", "sweeps", "-cn", sweep, "--cfg", "hydra")
+    assert res.returncode == 0, res.stderr[-2000:]
+    params = OmegaConf.create(res.stdout).hydra.sweeper.params
+    assert len(params) >= 2 and all("," in str(v) for v in params.values())

@@ -1,0 +1,397 @@
+"""InfoMEC: information-based modularity (InfoM), explicitness (InfoE) and compactness (InfoC).
+
+Hsu et al. 2023, "Disentanglement via Latent Quantization", §4 (eqs. 7–9, 13–14); implementation details follow
+the project spec ``shared/specs/qlae.md`` §8.2–8.5 and §12 rows 7–10, 22, plus the authors' standalone-code
+variants in ``shared/specs/tripod.md`` §10.1 (IQR active rule, one-hot InfoE features).
+
+Everything here is a pure function of arrays: numpy in, floats/arrays out (torch tensors are accepted and
+converted). Mutual information and entropies are in nats.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.feature_selection import mutual_info_classif
+from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
+
+__all__ = [
+    "ACTIVE_RULES",
+    "INFOE_FEATURES",
+    "INFOE_MAX_ITER",
+    "SUPPRESS_CONVERGENCE_WARNINGS",
+    "active_latents",
+    "as_numpy",
+    "entropy_discrete",
+    "infoe",
+    "infom_infoc",
+    "infomec",
+    "label_encode",
+    "label_encode_columns",
+    "nmi_matrix",
+]
+
+ACTIVE_RULES = ("range", "iqr")
+INFOE_FEATURES = ("standardize", "onehot")
+
+# The authors' LogisticRegression setting (spec §12 row 10). It can stop before convergence on hard sources;
+# we keep it for fidelity and silence the warning by default. Flip either constant to change that globally.
+INFOE_MAX_ITER = 100
+SUPPRESS_CONVERGENCE_WARNINGS = True
+
+# Probabilities are clipped here before taking logs so a confidently wrong prediction costs a finite amount.
+_PROB_EPS = 1e-15
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Input helpers (shared with dci.py and reconstruction.py)
+# ----------------------------------------------------------------------------------------------------------------
+def as_numpy(x: Any) -> np.ndarray:
+    """Convert a numpy array, torch tensor (any device, with or without grad) or array-like to numpy.
+
+    Duck-typed on ``.detach()`` so that the metrics package never has to import torch.
+    """
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _as_2d(x: Any, name: str) -> np.ndarray:
+    """numpy array of shape (n_samples, n_columns); a 1-D input is one column."""
+    arr = as_numpy(x)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must have shape (n_samples, n_{name}), got {arr.shape}")
+    return arr
+
+
+def label_encode(column: np.ndarray) -> tuple[np.ndarray, int]:
+    """Map a 1-D array to integer codes 0..K-1 by its sorted unique values; returns (codes, K)."""
+    uniques, codes = np.unique(column, return_inverse=True)
+    return codes.reshape(-1).astype(np.int64), len(uniques)
+
+
+def label_encode_columns(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Label-encode every column of a 2-D array (spec §8.1); returns (codes (n, d), cardinalities (d,))."""
+    encoded = [label_encode(x[:, j]) for j in range(x.shape[1])]
+    codes = np.stack([c for c, _ in encoded], axis=1) if encoded else np.zeros((x.shape[0], 0), np.int64)
+    return codes, np.array([k for _, k in encoded], dtype=np.int64)
+
+
+def check_inputs(sources: Any, latents: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validate and convert (sources, latents) to 2-D numpy arrays with matching numbers of rows."""
+    s = _as_2d(sources, "sources")
+    z = _as_2d(latents, "latents").astype(np.float64)
+    if s.shape[0] != z.shape[0]:
+        raise ValueError(
+            f"sources and latents need the same number of samples, got {s.shape[0]} and {z.shape[0]}"
+        )
+    if s.shape[0] < 2:
+        raise ValueError("need at least 2 samples")
+    if s.shape[1] == 0 or z.shape[1] == 0:
+        raise ValueError("need at least one source and one latent column")
+    return s, z
+
+
+def _check_option(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(
+            f"{name}={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}"
+        )
+
+
+def _standardize(z: np.ndarray) -> np.ndarray:
+    """Per-column zero mean / unit variance; constant columns become zeros instead of NaN."""
+    centred = z - z.mean(axis=0)
+    std = z.std(axis=0)
+    return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
+
+
+def _warn_constant_sources(cardinalities: np.ndarray) -> np.ndarray:
+    """Boolean mask of usable sources; warns once per source that has a single value (zero entropy)."""
+    usable = cardinalities > 1
+    for i in np.flatnonzero(~usable):
+        warnings.warn(
+            f"source {i} has a single value (zero entropy); it is skipped by InfoMEC",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return usable
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# NMI matrix (spec §8.2, paper eq. 7)
+# ----------------------------------------------------------------------------------------------------------------
+def entropy_discrete(codes: np.ndarray) -> float:
+    """Plug-in entropy (nats) of integer codes 0..K-1."""
+    p = np.bincount(codes) / codes.size
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+def _mutual_info_discrete(x: np.ndarray, kx: int, y: np.ndarray, ky: int) -> float:
+    """Plug-in MI (nats) of two label-encoded columns via the empirical contingency table.
+
+    The joint code x*ky + y indexes the flattened table, so one bincount builds it without a per-sample loop.
+    """
+    joint = np.bincount(x * ky + y, minlength=kx * ky).reshape(kx, ky) / x.size
+    px = joint.sum(axis=1, keepdims=True)
+    py = joint.sum(axis=0, keepdims=True)
+    nz = joint > 0
+    mi = (joint[nz] * (np.log(joint[nz]) - np.log((px @ py)[nz]))).sum()
+    return max(float(mi), 0.0)  # rounding can give -1e-17 for independent columns
+
+
+def nmi_matrix(
+    sources: Any, latents: Any, *, discrete_latents: bool, ksg_k: int = 3, seed: int = 0
+) -> np.ndarray:
+    """Normalised mutual information NMI[i, j] = I(s_i; z_j) / H(s_i), shape (n_sources, n_latents).
+
+    Hsu et al. 2023 eq. 7; spec qlae.md §8.2. Discrete latents: label-encoded, plug-in MI of the contingency
+    table. Continuous latents: the Ross (2014) discrete–continuous k-NN estimator (sklearn's
+    ``mutual_info_classif``, k = ``ksg_k``, ``random_state=seed``) on per-column standardised latents.
+    NaN → 0, result clipped to [0, 1]. Single-valued sources give a zero row (with a warning); constant
+    continuous latents get a zero column (rather than the estimator's jitter-driven small positive values).
+    """
+    s, z = check_inputs(sources, latents)
+    s_codes, s_card = label_encode_columns(s)
+    usable = _warn_constant_sources(s_card)
+    nmi = np.zeros((s.shape[1], z.shape[1]))
+    if discrete_latents:
+        z_codes, z_card = label_encode_columns(z)
+    else:
+        z_std = _standardize(z)
+        # A constant column carries no information, but KSG on sklearn's tiny jitter reports small positive MI.
+        varies = z.std(axis=0) > 0
+    for i in np.flatnonzero(usable):
+        h = entropy_discrete(s_codes[:, i])
+        if discrete_latents:
+            mi = np.array(
+                [
+                    _mutual_info_discrete(s_codes[:, i], s_card[i], z_codes[:, j], z_card[j])
+                    for j in range(z.shape[1])
+                ]
+            )
+        else:
+            # One call per source covers all latent columns: sklearn estimates each column independently.
+            mi = (
+                mutual_info_classif(
+                    z_std, s_codes[:, i], discrete_features=False, n_neighbors=ksg_k, random_state=seed
+                )
+                * varies
+            )
+        nmi[i] = mi / h
+    return np.clip(np.nan_to_num(nmi, nan=0.0), 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Active latents (spec §8.3; standalone-code IQR variant from tripod.md §10.1)
+# ----------------------------------------------------------------------------------------------------------------
+def active_latents(latents: Any, *, discrete_latents: bool, active_rule: str = "range") -> np.ndarray:
+    """Boolean mask (n_latents,) of active latents, computed on the raw latents.
+
+    ``"range"`` (paper, spec qlae.md §8.3): discrete ⇒ range_j > 0; continuous ⇒ range_j / max_j' range_j' > 1/20.
+    ``"iqr"`` (authors' standalone code, tripod.md §10.1): discrete ⇒ IQR_j > 0.1; continuous ⇒
+    IQR_j > max_j' IQR_j' / 10. If every latent is constant, none is active.
+    """
+    _check_option("active_rule", active_rule, ACTIVE_RULES)
+    z = _as_2d(latents, "latents").astype(np.float64)
+    if active_rule == "range":
+        spread = z.max(axis=0) - z.min(axis=0)
+        if discrete_latents:
+            return spread > 0
+        top = spread.max()
+        return spread / top > 1 / 20 if top > 0 else np.zeros(z.shape[1], dtype=bool)
+    q75, q25 = np.percentile(z, [75, 25], axis=0)
+    spread = q75 - q25
+    if discrete_latents:
+        return spread > 0.1
+    # Strict inequality: when every IQR is 0 nothing is active (rather than everything).
+    return spread > spread.max() / 10
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# InfoM and InfoC (spec §8.4, paper eqs. 8–9)
+# ----------------------------------------------------------------------------------------------------------------
+def _concentration(nmi: np.ndarray, axis: int) -> np.ndarray:
+    """max / sum along ``axis`` for each slice whose sum is positive (zero-sum slices are dropped, not NaN)."""
+    total = nmi.sum(axis=axis)
+    keep = total > 0
+    return nmi.max(axis=axis)[keep] / total[keep]
+
+
+def infom_infoc(
+    nmi: np.ndarray, active: np.ndarray, usable_sources: np.ndarray | None = None
+) -> tuple[float, float]:
+    """InfoM and InfoC from an NMI matrix (Hsu et al. 2023 eqs. 8–9; spec qlae.md §8.4).
+
+    Only active latent columns (and usable, i.e. non-constant, source rows) enter. Choices for degenerate cases:
+    - a latent column (for InfoM) or a source row (for InfoC) whose NMI sum is 0 is dropped from the mean
+      (the repo's NaN-dropping behaviour); if nothing remains the score is 0;
+    - no active latents ⇒ InfoM = InfoC = 0;
+    - exactly one usable source ⇒ InfoM = 1 (its normalisation 1 − 1/n_s is 0, and every column is trivially
+      modular);
+    - exactly one active latent ⇒ InfoC = 1.0 (its normalisation 1 − 1/n_a is 0, and every source is trivially
+      captured by a single latent), provided some source has non-zero NMI with it.
+    Results are clipped to [0, 1].
+    """
+    nmi = np.asarray(nmi, dtype=np.float64)
+    active = np.asarray(active, dtype=bool)
+    if usable_sources is not None:
+        nmi = nmi[np.asarray(usable_sources, dtype=bool)]
+    sub = nmi[:, active]
+    n_s, n_a = sub.shape
+    if n_a == 0 or n_s == 0:
+        return 0.0, 0.0
+
+    col_ratio = _concentration(sub, axis=0)  # per latent: how much of it goes to its best source
+    if col_ratio.size == 0:
+        infom = 0.0
+    elif n_s == 1:
+        infom = 1.0
+    else:
+        infom = (col_ratio.mean() - 1 / n_s) / (1 - 1 / n_s)
+
+    row_ratio = _concentration(sub, axis=1)  # per source: how much of it sits in its best latent
+    if row_ratio.size == 0:
+        infoc = 0.0
+    elif n_a == 1:
+        infoc = 1.0
+    else:
+        infoc = (row_ratio.mean() - 1 / n_a) / (1 - 1 / n_a)
+    return float(np.clip(infom, 0.0, 1.0)), float(np.clip(infoc, 0.0, 1.0))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# InfoE (spec §8.5, paper eqs. 13–14)
+# ----------------------------------------------------------------------------------------------------------------
+def _onehot(z: np.ndarray) -> np.ndarray:
+    """Concatenated one-hot encodings of every column's unique values (the standalone-code InfoE features)."""
+    blocks = []
+    for j in range(z.shape[1]):
+        codes, k = label_encode(z[:, j])
+        block = np.zeros((z.shape[0], k))
+        block[np.arange(z.shape[0]), codes] = 1.0
+        blocks.append(block)
+    return np.concatenate(blocks, axis=1)
+
+
+def _unpenalised_kwargs() -> dict[str, Any]:
+    """No regularisation, spelled the way the installed sklearn accepts without a deprecation warning.
+
+    sklearn ≥ 1.8 deprecates ``penalty`` (default 'deprecated') in favour of C=np.inf; older versions want
+    ``penalty=None``.
+    """
+    default = inspect.signature(LogisticRegression).parameters["penalty"].default
+    return {"C": np.inf} if default == "deprecated" else {"penalty": None}
+
+
+def _fit_log_loss(features: np.ndarray, y: np.ndarray) -> float:
+    """In-sample, unweighted mean cross-entropy (nats) of an unregularised multinomial logistic regression.
+
+    Settings are the authors' (spec §8.5 / §12 row 10): lbfgs, max_iter=100, tol=1e-4, intercept,
+    class_weight='balanced'; the loss is scored without class weights.
+    """
+    model = LogisticRegression(
+        **_unpenalised_kwargs(),
+        solver="lbfgs",
+        max_iter=INFOE_MAX_ITER,
+        tol=1e-4,
+        fit_intercept=True,
+        class_weight="balanced",
+    )
+    # The matrices are thin (n × tens), so multi-threaded BLAS buys nothing here, and on a busy machine its
+    # spinning threads made each fit ~10x slower in our measurements; one BLAS thread is the robust choice.
+    with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
+        if SUPPRESS_CONVERGENCE_WARNINGS:
+            warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(features, y)
+        proba = model.predict_proba(features)
+    # Labels are 0..K-1 and all present, so classes_ == arange(K) and the column index is the label.
+    p_true = proba[np.arange(y.size), np.searchsorted(model.classes_, y)]
+    return float(-np.log(np.clip(p_true, _PROB_EPS, 1.0)).mean())
+
+
+def infoe(
+    sources: Any, latents: Any, *, discrete_latents: bool, infoe_features: str = "standardize"
+) -> tuple[float, np.ndarray]:
+    """InfoE and the per-source NMI_V (Hsu et al. 2023 eqs. 13–14; spec qlae.md §8.5, §12 rows 9–10).
+
+    For every source, NMI_V = (H0 − H) / H0, where H is the in-sample log-loss of a logistic regression from the
+    latent features and H0 that of the same fit on all-zero features (≈ ln K); each is clipped to [0, 1] and InfoE
+    is their mean over usable sources. All latents are used (no active-latent pruning).
+
+    ``infoe_features``: ``"standardize"`` (default; per-column standardised latents, constant columns → 0) or
+    ``"onehot"`` (one-hot of every latent's unique values, the authors' standalone code). As in that code,
+    one-hot applies to discrete latents only; continuous latents are always standardised.
+    Returns (InfoE, per-source NMI_V array with 0 for skipped single-valued sources).
+    """
+    _check_option("infoe_features", infoe_features, INFOE_FEATURES)
+    s, z = check_inputs(sources, latents)
+    s_codes, s_card = label_encode_columns(s)
+    usable = _warn_constant_sources(s_card)
+    features = _onehot(z) if (discrete_latents and infoe_features == "onehot") else _standardize(z)
+    null_features = np.zeros((z.shape[0], 1))
+
+    per_source = np.zeros(s.shape[1])
+    for i in np.flatnonzero(usable):
+        y = s_codes[:, i]
+        h_null = _fit_log_loss(null_features, y)
+        h_model = _fit_log_loss(features, y)
+        per_source[i] = np.clip((h_null - h_model) / h_null, 0.0, 1.0) if h_null > 0 else 0.0
+    score = float(per_source[usable].mean()) if usable.any() else 0.0
+    return score, per_source
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Public entry point
+# ----------------------------------------------------------------------------------------------------------------
+def infomec(
+    sources: Any,
+    latents: Any,
+    *,
+    discrete_latents: bool,
+    ksg_k: int = 3,
+    active_rule: str = "range",
+    infoe_features: str = "standardize",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """InfoMEC = (InfoM, InfoE, InfoC) of latents with respect to discrete sources.
+
+    Hsu et al. 2023, eqs. 7–9, 13–14; spec qlae.md §8.2–8.5 (paper defaults) and tripod.md §10.1 (standalone-code
+    options ``active_rule="iqr"``, ``infoe_features="onehot"``, ``ksg_k=10``).
+
+    Args:
+        sources: (n_samples, n_sources) labels; each column is label-encoded by its sorted unique values.
+            A single-valued column is skipped with a warning (zero NMI row, excluded from all three scores).
+        latents: (n_samples, n_latents) floats (numpy or torch).
+        discrete_latents: plug-in MI on label-encoded latents if True, KSG (Ross 2014) if False.
+        ksg_k: neighbours for the KSG estimator (paper 3; standalone code 10).
+        active_rule: ``"range"`` (paper) or ``"iqr"`` (standalone code); see :func:`active_latents`.
+        infoe_features: ``"standardize"`` or ``"onehot"``; see :func:`infoe`.
+        seed: ``random_state`` of the KSG jitter.
+
+    Returns:
+        ``{"infom", "infoe", "infoc"}`` floats in [0, 1], ``"nmi"`` (n_sources, n_latents) and ``"active"``
+        (n_latents,) bool. Degenerate cases (see :func:`infom_infoc`): no active latent ⇒ InfoM = InfoC = 0
+        (InfoE is still computed from all latents, as the spec prescribes; with the range rule "no active latent"
+        means every latent is constant, so InfoE is 0 too); exactly one active latent ⇒ InfoC = 1.0.
+    """
+    _check_option("active_rule", active_rule, ACTIVE_RULES)
+    _check_option("infoe_features", infoe_features, INFOE_FEATURES)
+    s, z = check_inputs(sources, latents)
+    usable = label_encode_columns(s)[1] > 1
+    # The single-value warning is raised once, by nmi_matrix; infoe would repeat it.
+    nmi = nmi_matrix(s, z, discrete_latents=discrete_latents, ksg_k=ksg_k, seed=seed)
+    active = active_latents(z, discrete_latents=discrete_latents, active_rule=active_rule)
+    infom, infoc = infom_infoc(nmi, active, usable)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"source \d+ has a single value", category=RuntimeWarning)
+        infoe_score, _ = infoe(s, z, discrete_latents=discrete_latents, infoe_features=infoe_features)
+    return {"infom": infom, "infoe": infoe_score, "infoc": infoc, "nmi": nmi, "active": active}
