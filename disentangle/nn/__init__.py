@@ -1,0 +1,19 @@
+"""Encoders and decoders: plain nn.Modules sharing one contract (see :mod:`disentangle.nn.blocks`).
+
+* :class:`ConvEncoder`, :class:`StyleDecoder`: QLAE's conv encoder and StyleGAN-like decoder (qlae spec §2).
+* :class:`ResidualEncoder`, :class:`ResidualDecoder`: Tripod's residual architectures (tripod spec §6).
+* :class:`SmallEncoder`, :class:`SmallDecoder`: a small architecture for CPU runs and tests.
+"""
+
+from .qlae import ConvEncoder, StyleDecoder
+from .small import SmallDecoder, SmallEncoder
+from .tripod import ResidualDecoder, ResidualEncoder
+
+__all__ = [
+    "ConvEncoder",
+    "ResidualDecoder",
+    "ResidualEncoder",
+    "SmallDecoder",
+    "SmallEncoder",
+    "StyleDecoder",
+]
