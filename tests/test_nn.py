@@ -298,3 +298,20 @@ def test_wrong_input_shapes_raise():
         dec(torch.randn(2, 5))
     with pytest.raises(ValueError):
         dec(torch.randn(4))
+
+
+@pytest.mark.parametrize("name", ["StyleDecoder", "ResidualDecoder", "SmallDecoder"])
+def test_decoding_until_the_regularized_activations_stops_early_with_the_same_values(name):
+    import disentangle.nn as dnn
+
+    torch.manual_seed(0)
+    decoder = getattr(dnn, name)(in_features=4, out_channels=3, resolution=32).double()
+    z = torch.randn(3, 4, dtype=torch.float64)
+    _, full = decoder(z, return_activations=True)
+    logits, partial = decoder(z, return_activations=True, until=decoder.hessian_layers)
+    assert logits is None
+    assert set(partial) >= set(decoder.hessian_layers) and "logits" not in partial
+    for key in decoder.hessian_layers:
+        assert torch.equal(partial[key], full[key])
+    with pytest.raises(ValueError, match="unknown activations"):
+        decoder(z, return_activations=True, until=["nope"])

@@ -134,15 +134,24 @@ class BaseDecoder(nn.Module):
     hessian_layers: tuple[str, ...]
     activation_names: tuple[str, ...]
 
-    def _decode(self, z: Tensor) -> tuple[Tensor, dict[str, Tensor]]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _decode(self, z: Tensor, until: frozenset[str] = frozenset()) -> tuple[Tensor | None, dict[str, Tensor]]:
+        """(logits, activations); with ``until``, stop (logits None) once those activations exist."""
+        raise NotImplementedError  # pragma: no cover - abstract
 
-    def forward(self, z: Tensor, return_activations: bool = False):
+    def forward(self, z: Tensor, return_activations: bool = False, until=None):
+        """``until``: names of activations after which decoding may stop (a Hessian penalty's perturbed
+        pass needs no logits, and the full-resolution stage is the most expensive); then logits is None."""
         if z.dim() != 2 or z.shape[1] != self.in_features:
             raise ValueError(
                 f"{type(self).__name__} expects latents of shape (B, {self.in_features}), got {tuple(z.shape)}"
             )
-        logits, activations = self._decode(z)
+        wanted = frozenset(until or ()) - {"logits"}
+        unknown = wanted - set(self.activation_names)
+        if unknown:
+            raise ValueError(f"unknown activations {sorted(unknown)}; choose from {list(self.activation_names)}")
+        logits, activations = self._decode(z, wanted)
+        if logits is None:
+            return None, activations
         if not return_activations:
             return logits
         activations["logits"] = logits

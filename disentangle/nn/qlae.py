@@ -225,12 +225,16 @@ class StyleDecoder(BaseDecoder):
         # Index of each up-sampling layer whose output is exposed as "block{i}" (layers 2, 5, 8 = S3, S6, S9).
         self._block_at = {3 * i + 2: f"block{i}" for i in range(len(self.hessian_layers) - 1)}
 
-    def _decode(self, z: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def _decode(self, z: Tensor, until: frozenset[str] = frozenset()) -> tuple[Tensor | None, dict[str, Tensor]]:
         w = self.mapping(z)
         activations = {"cond": w}
         x = self.const.expand(z.shape[0], *self.const.shape)
         for index, layer in enumerate(self.layers):
+            if until and until <= activations.keys():
+                return None, activations
             x = layer(x, w)
             if index in self._block_at:
                 activations[self._block_at[index]] = x
+        if until and until <= activations.keys():
+            return None, activations
         return self.out_conv(x), activations

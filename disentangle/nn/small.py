@@ -161,13 +161,17 @@ class SmallDecoder(BaseDecoder):
         self.out_conv = nn.ConvTranspose2d(widths[-1], self.out_channels, 4, 2, 1)
         self.hessian_layers, self.activation_names = decoder_activation_names(stages)
 
-    def _decode(self, z: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def _decode(self, z: Tensor, until: frozenset[str] = frozenset()) -> tuple[Tensor | None, dict[str, Tensor]]:
         c = self.cond(z)
         activations = {"cond": c}
         x = self.stem(c)
         for index, up in enumerate(self.ups):
+            if until and until <= activations.keys():
+                return None, activations
             x = up(x)
             name = f"block{index}"
             if name in self.activation_names:
                 activations[name] = x
+        if until and until <= activations.keys():
+            return None, activations
         return self.out_conv(x), activations

@@ -221,11 +221,13 @@ class ResidualDecoder(BaseDecoder):
                 nn.GroupNorm(cout, cout, eps=NORM_EPS, affine=False) if normalize else nn.Identity()
             )
 
-    def _decode(self, z: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def _decode(self, z: Tensor, until: frozenset[str] = frozenset()) -> tuple[Tensor | None, dict[str, Tensor]]:
         c = self.cond(z)
         activations = {"cond": c}
         x = self.const.expand(z.shape[0], *self.const.shape)
         for index, (blocks, upsample, norm) in enumerate(zip(self.blocks, self.upsamples, self.out_norms)):
+            if until and until <= activations.keys():
+                return None, activations
             for block in blocks:
                 x = block(x, c)
             x = norm(upsample(x))

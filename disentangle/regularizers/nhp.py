@@ -92,7 +92,7 @@ class NormalizedHessianPenalty(Regularizer):
 
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:
         def activations_at(z: torch.Tensor) -> dict[str, torch.Tensor]:
-            return ctx.decoder(z, return_activations=True)[1]
+            return ctx.decoder(z, return_activations=True, until=self.layers)[1]
 
         penalty = normalized_hessian_penalty(
             activations_at,
