@@ -40,10 +40,12 @@ def build(cfg: DictConfig) -> Job:
         callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
         logger = instantiate(cfg.logger) if cfg.get("logger") else False
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
-    except DatasetNotFoundError:
-        raise
     except Exception as exc:  # construction errors (bad values, wrong types) become one clear line
-        raise ConfigError(one_line(exc)) from exc
+        cause = exc
+        while cause.__cause__ is not None and not isinstance(cause, DatasetNotFoundError):
+            cause = cause.__cause__  # Hydra wraps what a constructor raised
+        kind = DatasetNotFoundError if isinstance(cause, DatasetNotFoundError) else ConfigError
+        raise kind(one_line(exc)) from exc
     if trainer.max_steps is None or trainer.max_steps < 1:
         raise ConfigError(f"trainer.max_steps must be >= 1 (got {trainer.max_steps})")
     model.run_config = OmegaConf.to_container(cfg, resolve=True)

@@ -27,6 +27,7 @@ FAST = [
     "trainer.accelerator=cpu",
     "trainer.enable_model_summary=false",
     "trainer.enable_progress_bar=false",
+    "~callbacks.progress",
     "trainer.log_every_n_steps=1",
     "model.batch_size=16",
     "callbacks.evaluation.n_samples=256",

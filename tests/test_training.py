@@ -79,10 +79,11 @@ def test_cli_run_lands_in_the_hydra_run_dir_and_prints_the_table(tmp_path):
         ("model.n_latents=0", "n_latents must be >= 1"),
         ("model.optimizer.weight_decay=-0.1", "weight_decay must be >= 0"),
         ("trainer.max_steps=0", "max_steps must be >= 1"),
+        ("+model.regularizers.nhp.weight=1", "attach one with \\+regularizer=nhp"),
     ],
 )
 def test_invalid_values_fail_before_training_with_a_clear_message(override, message, tmp_path):
-    model = "qlae" if "n_values" in override or "weight_decay" in override else "tripod"
+    model = "qlae" if any(k in override for k in ("n_values", "weight_decay", "nhp")) else "tripod"
     cfg = compose_config(FAST + [f"model={model}", override], output_dir=tmp_path)
     with pytest.raises(ConfigError, match=message) as info:
         train(cfg)

@@ -67,6 +67,11 @@ class Autoencoder(pl.LightningModule):
             raise ValueError(f"model.arch must have exactly 'encoder' and 'decoder' (got {sorted(arch)})")
         self.encoder = arch["encoder"](in_channels=in_channels, resolution=resolution, out_features=self.latent.in_features)
         self.decoder = arch["decoder"](in_features=self.n_latents, out_channels=in_channels, resolution=resolution)
+        for key, reg in (regularizers or {}).items():
+            if reg is not None and not isinstance(reg, Regularizer):
+                raise ValueError(
+                    f"model.regularizers.{key} is not a regularizer (no _target_); attach one with +regularizer={key}"
+                )
         active = {k: r for k, r in (regularizers or {}).items() if r is not None and r.weight > 0}
         for reg in active.values():
             if hasattr(reg, "bind"):
