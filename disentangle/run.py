@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from . import config as _config  # noqa: F401  (registers the resolvers used by conf/)
 from .callbacks import SUMMARY_KEYS, DisentanglementEvaluation
 from .config import one_line
-from .errors import ConfigError
 from .data import DatasetNotFoundError
+from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -87,4 +87,4 @@ def print_summary(cfg: DictConfig, result: dict, artifacts: dict) -> None:
     console.print(f"wall time: {result.get('wall_seconds', float('nan')):.1f} s")
 
 
-__all__ = ["Job", "build", "train", "print_summary", "ConfigError", "DatasetNotFoundError", "one_line"]
+__all__ = ["ConfigError", "DatasetNotFoundError", "Job", "build", "one_line", "print_summary", "train"]

@@ -10,7 +10,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from . import config  # noqa: F401  (registers the resolvers used by conf/)
+from . import config
 from .errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
 
 

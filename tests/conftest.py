@@ -57,7 +57,7 @@ def run_cli(*args, env=None, timeout=600):
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "disentangle.train", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env,
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env, check=False,
     )
 
 

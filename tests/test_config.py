@@ -1,11 +1,10 @@
 """Config composition: every model x data pair, per-(model, data) values, attaching regularizers."""
 import pytest
+from conftest import CONF, DATASETS, MODELS, compose_config, run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-
-from conftest import CONF, DATASETS, MODELS, compose_config, run_cli
 
 CHANNELS = {"sprites": 1, "dsprites": 1}
 

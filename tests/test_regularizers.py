@@ -141,7 +141,7 @@ def test_weight_decay_groups_exempt_biases_norm_shifts_and_codebooks():
     net.const = nn.Parameter(torch.ones(2))
     codebook = LatentQuantizer(3)
     decayed, undecayed = decay_groups({"net": net, "latent": codebook}, 0.1, exempt=[codebook])
-    ids = lambda ps: {id(p) for p in ps}  # noqa: E731
+    ids = lambda ps: {id(p) for p in ps}
     assert decayed["weight_decay"] == 0.1 and undecayed["weight_decay"] == 0.0
     assert ids(decayed["params"]) == ids([net[0].weight, net[1].weight, net[2].weight, net.const])
     assert ids(undecayed["params"]) == ids([net[0].bias, net[1].bias, net[2].bias, codebook.values])

@@ -8,8 +8,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import FAST, MODELS, compose_config, run_cli
+
 from disentangle.errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
 from disentangle.run import build, train
 

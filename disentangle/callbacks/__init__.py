@@ -2,4 +2,4 @@
 from .evaluation import SUMMARY_KEYS, DisentanglementEvaluation
 from .figures import intervention_grid, nmi_heatmap
 
-__all__ = ["DisentanglementEvaluation", "SUMMARY_KEYS", "nmi_heatmap", "intervention_grid"]
+__all__ = ["SUMMARY_KEYS", "DisentanglementEvaluation", "intervention_grid", "nmi_heatmap"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pytorch_lightning as pl
@@ -124,7 +124,7 @@ class DisentanglementEvaluation(pl.Callback):
             step=step,
             method=getattr(pl_module, "method", type(pl_module).__name__),
             data=datamodule.name,
-            n_samples=int(len(z)),
+            n_samples=len(z),
             discrete_latents=bool(pl_module.discrete_latents),
             factor_names=list(datamodule.factor_names),
             nmi=np.asarray(info["nmi"]).round(4).tolist(),

@@ -6,14 +6,14 @@ the evaluation set while the others stay fixed, decoded without re-quantizing (s
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless: figures go to files and loggers
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 
 def nmi_heatmap(nmi: np.ndarray, active: np.ndarray, factor_names: Sequence[str], path: str | Path):

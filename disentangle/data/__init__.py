@@ -4,6 +4,11 @@ from .prepared import DatasetNotFoundError, PreparedDataModule, default_root
 from .procedural_module import ProceduralDataModule, unravel
 
 __all__ = [
-    "FactorDataModule", "IndexStream", "ProceduralDataModule", "PreparedDataModule",
-    "DatasetNotFoundError", "default_root", "unravel",
+    "DatasetNotFoundError",
+    "FactorDataModule",
+    "IndexStream",
+    "PreparedDataModule",
+    "ProceduralDataModule",
+    "default_root",
+    "unravel",
 ]

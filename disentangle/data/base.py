@@ -8,7 +8,7 @@ protocol: Locatello et al. 2019, spec qlae.md §7.7).
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pytorch_lightning as pl
 import torch

@@ -4,8 +4,8 @@ official raw files (datasets issue); here we only read it and fail clearly when 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import h5py
 import numpy as np
@@ -44,7 +44,7 @@ class PreparedDataModule(FactorDataModule):
         with h5py.File(self.path, "r") as f:
             if "images" not in f or "factors" not in f:
                 raise ValueError(f"{self.path}: expected datasets 'images' and 'factors'")
-            n, c, h, w = f["images"].shape
+            n, c, h, _ = f["images"].shape
             self.num_samples, self.num_channels, self.resolution = int(n), int(c), int(h)
             self.factor_sizes = tuple(int(s) for s in f.attrs.get("factor_sizes", factor_sizes or ()))
             names = f.attrs.get("factor_names", factor_names or ())

@@ -1,7 +1,7 @@
 """Procedural datasets: the full factorial grid, rendered on demand from factor indices on the device."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -6,7 +6,7 @@ the latent module, the regularizers attached and the optimizer settings. A new m
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import pytorch_lightning as pl
 import torch

@@ -4,4 +4,4 @@ from .continuous import ContinuousLatent
 from .fixed_grid import FixedGridQuantizer
 from .latent_quantizer import LatentQuantizer
 
-__all__ = ["LatentModule", "LatentOutput", "ContinuousLatent", "LatentQuantizer", "FixedGridQuantizer"]
+__all__ = ["ContinuousLatent", "FixedGridQuantizer", "LatentModule", "LatentOutput", "LatentQuantizer"]

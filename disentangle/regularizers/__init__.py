@@ -8,6 +8,12 @@ from .nhp import NormalizedHessianPenalty, normalized_hessian_penalty
 from .weight_decay import decay_groups
 
 __all__ = [
-    "Regularizer", "StepContext", "batch_std", "KernelMultiInformation", "kernel_multi_information",
-    "NormalizedHessianPenalty", "normalized_hessian_penalty", "decay_groups",
+    "KernelMultiInformation",
+    "NormalizedHessianPenalty",
+    "Regularizer",
+    "StepContext",
+    "batch_std",
+    "decay_groups",
+    "kernel_multi_information",
+    "normalized_hessian_penalty",
 ]

@@ -1,8 +1,8 @@
 """The regularizer contract: see what you need from a training step, return named loss terms."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn

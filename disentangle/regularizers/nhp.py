@@ -1,7 +1,7 @@
 """Normalized Hessian penalty (Tripod, eqs. 16–17 and Alg. 1 lines 15–24; spec tripod.md §4.3)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

@@ -1,7 +1,7 @@
 """Weight decay on network weights only, as AdamW parameter groups (spec qlae.md §5.1, §12 row 12)."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from torch import nn
 

@@ -33,6 +33,8 @@ import math
 
 import torch
 
+from .validation import check_factors
+
 FACTOR_NAMES: tuple[str, ...] = ("shape", "scale", "orientation", "pos_x", "pos_y")
 FACTOR_SIZES: tuple[int, ...] = (3, 6, 40, 32, 32)
 NUM_CHANNELS: int = 1
@@ -69,7 +71,7 @@ def render(factors: torch.Tensor, resolution: int = 64) -> torch.Tensor:
     Returns:
         float32 tensor (B, 1, resolution, resolution) with values in {0, 1}, on ``factors.device``.
     """
-    factors = _check_inputs(factors, resolution)
+    factors = check_factors("sprites", factors, resolution, FACTOR_NAMES, FACTOR_SIZES)
     out = torch.empty(factors.shape[0], NUM_CHANNELS, resolution, resolution, device=factors.device)
     chunk = max(1, _CHUNK_PIXELS // (resolution * resolution))
     for start in range(0, factors.shape[0], chunk):
@@ -80,34 +82,6 @@ def render(factors: torch.Tensor, resolution: int = 64) -> torch.Tensor:
         images = _render_sorted(part[order], resolution).unsqueeze(1)
         out[start:start + chunk] = images.index_select(0, torch.argsort(order))   # inverse permutation
     return out
-
-
-def _check_inputs(factors: torch.Tensor, resolution: int) -> torch.Tensor:
-    """Validate the contract of :func:`render`; return the factors as int64."""
-    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 8:
-        raise ValueError(f"sprites: resolution must be an int >= 8, got {resolution!r}")
-    if not isinstance(factors, torch.Tensor):
-        # ValueError, not TypeError: the renderers' contract is one exception type for any bad input.
-        raise ValueError(  # noqa: TRY004
-            f"sprites: factors must be a torch.Tensor, got {type(factors).__name__}"
-        )
-    if factors.dtype.is_floating_point or factors.dtype.is_complex or factors.dtype == torch.bool:
-        raise ValueError(f"sprites: factors must be an integer tensor of class indices, got {factors.dtype}")
-    if factors.ndim != 2 or factors.shape[1] != len(FACTOR_NAMES):
-        raise ValueError(
-            f"sprites: factors must have shape (B, {len(FACTOR_NAMES)}) for factors {FACTOR_NAMES}, "
-            f"got shape {tuple(factors.shape)}"
-        )
-    factors = factors.long()
-    if factors.shape[0] > 0:
-        lo, hi = factors.min(dim=0).values.tolist(), factors.max(dim=0).values.tolist()
-        for k, (name, size) in enumerate(zip(FACTOR_NAMES, FACTOR_SIZES)):
-            if lo[k] < 0 or hi[k] >= size:
-                bad = lo[k] if lo[k] < 0 else hi[k]
-                raise ValueError(
-                    f"sprites: factor {name!r} (column {k}) has index {bad} outside [0, {size})"
-                )
-    return factors
 
 
 def _render_sorted(factors: torch.Tensor, resolution: int) -> torch.Tensor:
