@@ -24,6 +24,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 STEP_CASES = [
     ("qlae", ["model=qlae"]),
     ("qlae + klm", ["model=qlae", "+regularizer=klm"]),
+    ("qlae, tripod arch", ["model=qlae", "model/arch=tripod"]),  # the Tripod paper's QLAE baseline
     ("tripod w/o nhp", ["model=tripod_no_nhp"]),
     ("tripod", ["model=tripod"]),
 ]
@@ -70,7 +71,7 @@ def bench_steps(device: str, repeats: int, batch_size: int) -> None:
     for label, overrides in STEP_CASES:
         med = statistics.median(time_steps(overrides, dev, batch_size, repeats))
         base = base or med
-        print(f"  {label:<16} {med:8.3f} s/step   x{med / base:5.2f} vs qlae")
+        print(f"  {label:<18} {med:8.3f} s/step   x{med / base:5.2f} vs qlae")
 
 
 def main(argv=None) -> None:

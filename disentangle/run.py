@@ -80,11 +80,10 @@ def print_summary(cfg: DictConfig, result: dict, artifacts: dict) -> None:
     for key in SUMMARY_KEYS:
         table.add_column(names[key], justify="right")
     table.add_row(*(f"{result[k]:.2f}" if k in result else "-" for k in SUMMARY_KEYS))
-    console = Console()
-    console.print(table)
-    for label, path in artifacts.items():
-        console.print(f"{label}: {Path(path).resolve()}")
-    console.print(f"wall time: {result.get('wall_seconds', float('nan')):.1f} s")
+    Console().print(table)
+    for label, path in artifacts.items():  # plain print: paths must not be wrapped
+        print(f"{label}: {Path(path).resolve()}")
+    print(f"wall time: {result.get('wall_seconds', float('nan')):.1f} s")
 
 
 __all__ = ["ConfigError", "DatasetNotFoundError", "Job", "build", "one_line", "print_summary", "train"]

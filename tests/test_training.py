@@ -119,6 +119,9 @@ def test_prepared_hdf5_dataset_trains(tmp_path):
     with h5py.File(tmp_path / "isaac3d.h5", "w") as f:
         f["images"], f["factors"] = images, factors.astype(np.int64)
         f.attrs["factor_sizes"] = sizes
+        f.attrs["factor_names"] = ["object_shape", "robot_x", "robot_y", "camera_height", "object_scale",
+                                   "lighting_intensity", "lighting_direction", "object_color", "wall_color"]
+        f.attrs["complete"] = True
     cfg = compose_config(
         [o for o in FAST if not o.startswith("data.resolution")]
         + ["model=tripod", "data=isaac3d", f"data.root={tmp_path}", f"data.factor_sizes={sizes}",
@@ -126,6 +129,7 @@ def test_prepared_hdf5_dataset_trains(tmp_path):
         output_dir=tmp_path / "run",
     )
     job = build(cfg)
+    assert isinstance(job.datamodule.data.images, np.memmap)  # contiguous cache: mapped, not read
     x, s = job.datamodule.gather(torch.tensor([0, 511, 7]))
     assert torch.equal(s, torch.as_tensor(factors[[0, 511, 7]]))
     assert torch.allclose(x * 255, torch.as_tensor(images[[0, 511, 7]]).float())

@@ -1,6 +1,7 @@
 """Ground-truth-factor datasets as LightningDataModules (nothing here imports models or metrics)."""
+from ..errors import DatasetNotFoundError
 from .base import FactorDataModule, IndexStream
-from .prepared import DatasetNotFoundError, PreparedDataModule, default_root
+from .prepared import PreparedDataModule, PreparedDataset, cache_path, default_root, load_dataset, open_prepared
 from .procedural_module import ProceduralDataModule, unravel
 
 __all__ = [
@@ -8,6 +9,10 @@ __all__ = [
     "FactorDataModule",
     "IndexStream",
     "PreparedDataModule",
+    "PreparedDataset",
+    "cache_path",
+    "load_dataset",
+    "open_prepared",
     "ProceduralDataModule",
     "default_root",
     "unravel",
