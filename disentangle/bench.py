@@ -1,8 +1,9 @@
-"""Benchmarks (not timed tests): ``python -m disentangle.bench steps [--device cuda] [--repeats 10]``.
+"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|data [--device cuda]``.
 
 ``steps`` times one full training step (forward, all loss terms, backward, optimizer step) of the
 paper configurations at 64x64 with batch 64, and reports medians and ratios against QLAE measured in
-the same process -- the comparison of the Tripod paper's App. D profiling table.
+the same process -- the comparison of the Tripod paper's App. D profiling table. ``data`` measures
+batch assembly (random index batch -> float images on the device) in images/s.
 """
 from __future__ import annotations
 
@@ -74,6 +75,48 @@ def bench_steps(device: str, repeats: int, batch_size: int) -> None:
         print(f"  {label:<18} {med:8.3f} s/step   x{med / base:5.2f} vs qlae")
 
 
+def bench_data(n: int, batch_sizes: list[int], repeats: int, device: str) -> None:
+    """Batch assembly from a prepared cache (memory-mapped uint8 HDF5) and from a procedural dataset:
+    random index batches -> float images on ``device``; images/s, median over ``repeats`` batches."""
+    import tempfile
+
+    import h5py
+    import numpy as np
+
+    from .data import PreparedDataModule, ProceduralDataModule
+
+    dev = torch.device(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "isaac3d.h5"
+        rng = np.random.default_rng(0)
+        with h5py.File(path, "w") as f:  # contiguous, like the converter writes it
+            images = f.create_dataset("images", (n, 3, 64, 64), dtype=np.uint8)
+            for start in range(0, n, 8192):
+                stop = min(n, start + 8192)
+                images[start:stop] = rng.integers(0, 256, (stop - start, 3, 64, 64), dtype=np.uint8)
+            f["factors"] = rng.integers(0, 3, (n, 9))
+            f.attrs.update(factor_names=[f"f{i}" for i in range(9)], factor_sizes=[3] * 9, complete=True)
+        modules = {
+            "prepared (memory-mapped)": PreparedDataModule("isaac3d", root=tmp, eval_size=10),
+            "procedural shapes2d 64px": ProceduralDataModule("shapes2d", eval_size=10),
+        }
+        if dev.type == "cuda":
+            modules["prepared (on_device)"] = PreparedDataModule("isaac3d", root=tmp, eval_size=10, on_device=True)
+        print(f"batch assembly on {dev}: {n} cached images of 3x64x64, median of {repeats} random batches")
+        for label, dm in modules.items():
+            for bs in batch_sizes:
+                rates = []
+                for i in range(repeats + 2):
+                    idx = torch.randint(0, dm.num_samples, (bs,), device=dev)
+                    _sync(dev)
+                    start = time.perf_counter()
+                    x, _ = dm.gather(idx)
+                    _sync(dev)
+                    if i >= 2:
+                        rates.append(bs / (time.perf_counter() - start))
+                print(f"  {label:<26} batch {bs:>4}: {statistics.median(rates):>10,.0f} images/s")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m disentangle.bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -81,9 +124,16 @@ def main(argv=None) -> None:
     steps.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     steps.add_argument("--repeats", type=int, default=10)
     steps.add_argument("--batch-size", type=int, default=64)
+    data = sub.add_parser("data", help="batch-assembly throughput (images/s) of prepared and procedural data")
+    data.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    data.add_argument("--n", type=int, default=100_000, help="images in the synthetic cache")
+    data.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
+    data.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args(argv)
     if args.what == "steps":
         bench_steps(args.device, args.repeats, args.batch_size)
+    elif args.what == "data":
+        bench_data(args.n, args.batch_sizes, args.repeats, args.device)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,168 @@
+"""Writers of small raw datasets in the exact official formats (names, keys, dtypes, layouts) on reduced
+factor grids, for tests of the readers, the conversion and anything downstream of the cache.
+
+Each writer returns ``(path, factors)``: the raw file/folder (or zip archive) as ``find_raw`` would find it
+and the ground-truth class indices (N, n_factors) int64 in the ``conf/data`` order. Every image encodes its
+own index: a constant colour ``index_colour(i)`` over its top half (an ``i``-dependent ramp below), or for
+dSprites the bits of ``i`` in row 0, so that ``decode_index`` recovers it, also after the 128 -> 64 resize.
+"""
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+from PIL import Image
+
+from disentangle.data.formats import OFFICIAL
+
+# official column orders of the files and their reduced default grids
+SHAPES3D_SIZES = (2, 3, 2, 2, 2, 3)  # floor_hue, wall_hue, object_hue, scale, shape, orientation
+SHAPES3D_TO_CONF = (0, 2, 5, 3, 4, 1)
+DSPRITES_SIZES = (1, 2, 2, 3, 2, 2)  # color, shape, scale, orientation, posX, posY
+MPI3D_SIZES = (2, 2, 1, 2, 1, 3, 2)
+FALCOR3D_SIZES = (2, 2, 1, 1, 2, 1, 2)
+ISAAC3D_SIZES = (2, 2, 1, 1, 1, 1, 2, 1, 2)
+
+
+def grid(sizes) -> np.ndarray:
+    """All class combinations of a full factorial grid in C order, (prod(sizes), len(sizes)) int64."""
+    n = int(np.prod(sizes))
+    return np.stack(np.unravel_index(np.arange(n), sizes), axis=1).astype(np.int64)
+
+
+def index_colour(i: int) -> tuple[int, int, int]:
+    return i % 256, (i // 256) % 256, 40 + (i * 7) % 200
+
+
+def decode_index(image: np.ndarray) -> int:
+    """Index encoded in an image (C, H, W) uint8 written by these fixtures (read at the top-left)."""
+    if image.shape[0] == 1:
+        bits = image[0, 0, :20] > 127
+        return int(sum(1 << k for k, b in enumerate(bits) if b))
+    r, g = int(image[0, 4, 4]), int(image[1, 4, 4])
+    return r + 256 * g
+
+
+def rgb_image(i: int, size: int) -> np.ndarray:
+    """(size, size, 3) uint8: top half the constant colour of ``i``, bottom half an ``i``-dependent ramp."""
+    img = np.empty((size, size, 3), dtype=np.uint8)
+    img[: size // 2] = index_colour(i)
+    yy, xx = np.mgrid[size // 2: size, 0:size]
+    for ch in range(3):
+        img[size // 2:, :, ch] = (xx * (1 + (i + ch) % 5) + yy * 3 + 11 * i + 50 * ch) % 256
+    return img
+
+
+def _label_values(classes: np.ndarray, sizes, lows=None, highs=None) -> np.ndarray:
+    values = np.empty(classes.shape, dtype=np.float64)
+    for j, k in enumerate(sizes):
+        lo = 0.0 if lows is None else lows[j]
+        hi = 1.0 if highs is None else highs[j]
+        values[:, j] = np.linspace(lo, hi, k)[classes[:, j]] if k > 1 else lo
+    return values
+
+
+def write_shapes3d(directory, sizes=SHAPES3D_SIZES, seed: int = 0):
+    """``3dshapes.h5``: images (N, 64, 64, 3) uint8, labels (N, 6) float64 in the official column order
+    (rows shuffled so that classes must come from the values, not the row order)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    official = grid(sizes)[np.random.default_rng(seed).permutation(int(np.prod(sizes)))]
+    lows = (0.0, 0.0, 0.0, 0.75, 0.0, -30.0)
+    highs = (0.9, 0.9, 0.9, 1.25, float(sizes[4] - 1), 30.0)
+    labels = _label_values(official, sizes, lows, highs)
+    images = np.stack([rgb_image(i, 64) for i in range(len(labels))])
+    path = directory / OFFICIAL["shapes3d"].files[None]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("images", data=images)
+        f.create_dataset("labels", data=labels)
+    return path, official[:, list(SHAPES3D_TO_CONF)]
+
+
+def write_dsprites(directory, sizes=DSPRITES_SIZES):
+    """``dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz``: imgs (N, 64, 64) uint8 in {0, 1},
+    latents_classes (N, 6) int64 and latents_values (N, 6) float64 (colour first)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    classes = grid(sizes)
+    n = len(classes)
+    imgs = np.zeros((n, 64, 64), dtype=np.uint8)
+    for i in range(n):
+        imgs[i, 0, :20] = [(i >> k) & 1 for k in range(20)]
+        s = 8 + 4 * int(classes[i, 2])
+        x, y = 4 + 6 * int(classes[i, 4]), 4 + 6 * int(classes[i, 5])
+        imgs[i, 10 + y: 10 + y + s, x: x + s] = 1
+    values = _label_values(classes, sizes)
+    path = directory / OFFICIAL["dsprites"].files[None]
+    np.savez_compressed(path, imgs=imgs, latents_classes=classes, latents_values=values)
+    return path, classes[:, 1:]
+
+
+def write_mpi3d(directory, sizes=MPI3D_SIZES, variant: str | None = None):
+    """MPI3D npz (``real3d_complicated_shapes_ordered.npz`` or the variant's file): key ``images``
+    (N, 64, 64, 3) uint8, factors implicit in the C-order index."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    n = int(np.prod(sizes))
+    images = np.stack([rgb_image(i, 64) for i in range(n)])
+    path = directory / OFFICIAL["mpi3d"].files[variant]
+    np.savez_compressed(path, images=images)
+    return path, grid(sizes)
+
+
+def _png_bytes(img: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def _write_png_release(name: str, labels_name: str, directory, sizes, archive: bool, seed: int):
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    n = int(np.prod(sizes))
+    classes = grid(sizes)[np.random.default_rng(seed).permutation(n)]
+    labels = _label_values(classes, sizes)
+    folder = OFFICIAL[name].files[None]
+    files = {f"{folder}/{labels_name}": _npy_bytes(labels)}
+    for i in range(n):
+        files[f"{folder}/images/{i:06d}.png"] = _png_bytes(rgb_image(i, 128))
+    if archive:
+        path = directory / OFFICIAL[name].archive
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+            for member, data in files.items():
+                zf.writestr(member, data)
+        return path, classes
+    (directory / folder / "images").mkdir(parents=True, exist_ok=True)
+    for member, data in files.items():
+        (directory / member).write_bytes(data)
+    return directory / folder, classes
+
+
+def write_falcor3d(directory, sizes=FALCOR3D_SIZES, archive: bool = False, seed: int = 0):
+    """``Falcor3D_down128/`` (or ``Falcor3D_down128.zip`` holding it): ``images/{i:06d}.png`` 128x128 RGB
+    and ``train-rec.labels`` (.npy format) (N, 7) float64 in [0, 1]; rows shuffled."""
+    return _write_png_release("falcor3d", "train-rec.labels", directory, sizes, archive, seed)
+
+
+def write_isaac3d(directory, sizes=ISAAC3D_SIZES, archive: bool = False, seed: int = 0):
+    """``Isaac3D_down128/`` (or ``Isaac3D_down128.zip``): ``images/{i:06d}.png`` 128x128 RGB and
+    ``labels.npy`` (N, 9) float64 in [0, 1]; rows shuffled."""
+    return _write_png_release("isaac3d", "labels.npy", directory, sizes, archive, seed)
+
+
+WRITERS = {
+    "shapes3d": write_shapes3d,
+    "dsprites": write_dsprites,
+    "mpi3d": write_mpi3d,
+    "falcor3d": write_falcor3d,
+    "isaac3d": write_isaac3d,
+}
