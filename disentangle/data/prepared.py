@@ -102,7 +102,12 @@ class PreparedDataModule(FactorDataModule):
         super().__init__(**kwargs)
         self.name = name
         self.variant = variant
-        self.data = open_prepared(name, root, variant, raw)
+        try:
+            self.data = open_prepared(name, root, variant, raw)
+        except DatasetNotFoundError:
+            if not self._convert_raw_if_present(name, root, variant, factor_sizes):
+                raise
+            self.data = open_prepared(name, root, variant, raw)
         n, c, h, w = self.data.images.shape
         if h != w:
             raise ValueError(f"{self.data.path}: images must be square, got {h}x{w}")
@@ -112,6 +117,18 @@ class PreparedDataModule(FactorDataModule):
         self._device_images: torch.Tensor | None = None
         self._factors = torch.from_numpy(self.data.factors)
         self._check_metadata(factor_names, factor_sizes)
+
+    @staticmethod
+    def _convert_raw_if_present(name, root, variant, factor_sizes) -> bool:
+        """Official raw files in ``root`` but no cache yet: convert them now (once). Never downloads."""
+        from .formats import find_raw
+        from .preparation import prepare
+
+        root = Path(root).expanduser() if root else default_root()
+        if not root.is_dir() or find_raw(name, root, variant) is None:
+            return False
+        prepare(name, root, variant=variant, factor_sizes=factor_sizes, download=False)
+        return True
 
     @property
     def path(self) -> Path:
