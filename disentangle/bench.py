@@ -110,7 +110,7 @@ def bench_data(n: int, batch_sizes: list[int], repeats: int, device: str) -> Non
                     idx = torch.randint(0, dm.num_samples, (bs,), device=dev)
                     _sync(dev)
                     start = time.perf_counter()
-                    x, _ = dm.gather(idx)
+                    dm.gather(idx)
                     _sync(dev)
                     if i >= 2:
                         rates.append(bs / (time.perf_counter() - start))

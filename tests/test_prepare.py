@@ -6,11 +6,11 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import FAST, ROOT, run_cli
+from raw_fixtures import decode_index, write_isaac3d
+
 from disentangle.data import load_dataset
 from disentangle.errors import DatasetNotFoundError
-from raw_fixtures import decode_index, write_isaac3d
 
 SIZES = (2,) * 9
 

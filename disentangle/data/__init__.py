@@ -1,7 +1,14 @@
 """Ground-truth-factor datasets as LightningDataModules (nothing here imports models or metrics)."""
 from ..errors import DatasetNotFoundError
 from .base import FactorDataModule, IndexStream
-from .prepared import PreparedDataModule, PreparedDataset, cache_path, default_root, load_dataset, open_prepared
+from .prepared import (
+    PreparedDataModule,
+    PreparedDataset,
+    cache_path,
+    default_root,
+    load_dataset,
+    open_prepared,
+)
 from .procedural_module import ProceduralDataModule, unravel
 
 __all__ = [
@@ -10,10 +17,10 @@ __all__ = [
     "IndexStream",
     "PreparedDataModule",
     "PreparedDataset",
+    "ProceduralDataModule",
     "cache_path",
+    "default_root",
     "load_dataset",
     "open_prepared",
-    "ProceduralDataModule",
-    "default_root",
     "unravel",
 ]

@@ -9,9 +9,9 @@ there.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import h5py
 import numpy as np
