@@ -44,7 +44,7 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_steps(overrides, device, batch_size=64, repeats=10, warmup=1) -> list[float]:
+def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2) -> list[float]:
     model = _model(overrides, batch_size).to(device)
     opt = model.configure_optimizers()
     x = torch.rand(batch_size, 3, 64, 64, device=device)
