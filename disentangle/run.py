@@ -65,25 +65,29 @@ def train(cfg: DictConfig) -> dict:
     result = dict(job.evaluation.last or {}) if job.evaluation else {}
     result["wall_seconds"] = wall
     if cfg.get("print_summary", True) and job.trainer.is_global_zero:
-        print_summary(cfg, result, job.evaluation.artifacts if job.evaluation else {})
+        title = f"{cfg.model.name} on {cfg.data.name}: final evaluation"
+        print_summary(title, result, job.evaluation.artifacts if job.evaluation else {})
     return result
 
 
-def print_summary(cfg: DictConfig, result: dict, artifacts: dict) -> None:
+def print_summary(title: str, result: dict, artifacts: dict) -> None:
     """The final metric table and where the files are."""
     from rich.console import Console
     from rich.table import Table
 
     names = {"infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I",
              "dci_c": "C", "psnr": "PSNR (dB)"}
-    table = Table(title=f"{cfg.model.name} on {cfg.data.name}: final evaluation")
+    table = Table(title=title)
     for key in SUMMARY_KEYS:
         table.add_column(names[key], justify="right")
     table.add_row(*(f"{result[k]:.2f}" if k in result else "-" for k in SUMMARY_KEYS))
     Console().print(table)
     for label, path in artifacts.items():  # plain print: paths must not be wrapped
         print(f"{label}: {Path(path).resolve()}")
-    print(f"wall time: {result.get('wall_seconds', float('nan')):.1f} s")
+    if "wall_seconds" in result:
+        print(f"wall time: {result['wall_seconds']:.1f} s")
+    elif "eval_seconds" in result:
+        print(f"evaluation time: {result['eval_seconds']:.1f} s")
 
 
 __all__ = ["ConfigError", "DatasetNotFoundError", "Job", "build", "one_line", "print_summary", "train"]

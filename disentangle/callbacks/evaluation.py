@@ -95,29 +95,33 @@ class DisentanglementEvaluation(pl.Callback):
         return z, s, psnr_sum / len(z)
 
     def evaluate(self, trainer, pl_module, final: bool) -> dict:
-        datamodule = trainer.datamodule
+        return self.run(pl_module, trainer.datamodule, step=trainer.global_step, logger=trainer.logger,
+                        final=final, write=final and trainer.is_global_zero)
+
+    def run(self, pl_module, datamodule, *, step: int = 0, logger=None, final: bool = True,
+            write: bool = True, metrics=("infomec", "dci")) -> dict:
+        """Evaluate ``pl_module`` on ``datamodule``'s evaluation subset; with ``write``, also write
+        ``metrics.json`` and the figures to ``output_dir``. Used by the callback and by
+        ``python -m disentangle.evaluate``."""
         start = time.perf_counter()
         z, s, psnr = self.encode_subset(pl_module, datamodule)
         discrete = pl_module.discrete_latents
         info = M.infomec(s, z, discrete_latents=discrete, **self.infomec_kwargs)
         result = {"infom": info["infom"], "infoe": info["infoe"], "infoc": info["infoc"], "psnr": psnr}
         dci = None
-        if final or self.periodic_dci:
+        if "dci" in metrics and (final or self.periodic_dci):
             dci = M.dci(s, z, **self.dci_kwargs)
             result.update(dci_d=dci["d"], dci_i=dci["i"], dci_c=dci["c"])
         result = {k: float(v) for k, v in result.items()}
         result["eval_seconds"] = time.perf_counter() - start
-        step = trainer.global_step
-        if trainer.logger is not None:
-            trainer.logger.log_metrics({f"eval/{k}": v for k, v in result.items()}, step=step)
-        if final:
-            self._write_final(trainer, pl_module, datamodule, z, result, info, dci, step)
+        if logger is not None:
+            logger.log_metrics({f"eval/{k}": v for k, v in result.items()}, step=step)
+        if write:
+            self._write_final(logger, pl_module, datamodule, z, result, info, dci, step)
         self.last = result
         return result
 
-    def _write_final(self, trainer, pl_module, datamodule, z, result, info, dci, step) -> None:
-        if not trainer.is_global_zero:
-            return
+    def _write_final(self, logger, pl_module, datamodule, z, result, info, dci, step) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         record = dict(result)
         record.update(
@@ -141,7 +145,7 @@ class DisentanglementEvaluation(pl.Callback):
                 self.output_dir / "nmi_heatmap.png",
             )
             self.artifacts["interventions"] = self._interventions(pl_module, datamodule, z, info)
-            _log_images(trainer.logger, {k: v for k, v in self.artifacts.items() if k != "metrics"}, step)
+            _log_images(logger, {k: v for k, v in self.artifacts.items() if k != "metrics"}, step)
 
     @torch.no_grad()
     def _interventions(self, pl_module, datamodule, z: np.ndarray, info: dict) -> Path:

@@ -62,6 +62,7 @@ class Autoencoder(pl.LightningModule):
             raise ValueError(f"model.batch_size must be >= 1 (got {batch_size})")
         self.method = name
         self.n_latents = int(n_latents)
+        self.in_channels, self.resolution = int(in_channels), int(resolution)
         self.latent = latent(n_latents=self.n_latents)
         if set(arch) != {"encoder", "decoder"}:
             raise ValueError(f"model.arch must have exactly 'encoder' and 'decoder' (got {sorted(arch)})")
@@ -164,6 +165,7 @@ class Autoencoder(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.run_config is not None:
             checkpoint["disentangle_config"] = self.run_config
+        checkpoint["disentangle_shape"] = {"in_channels": self.in_channels, "resolution": self.resolution}
 
 
 def _optimizer_config(cfg: Mapping) -> dict:

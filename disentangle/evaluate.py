@@ -1,0 +1,73 @@
+"""Entry point: ``python -m disentangle.evaluate ckpt=PATH [data=...] [metrics=[infomec,dci]]``.
+
+Loads a checkpoint written by ``disentangle.train`` (it stores its composed config), runs the chosen
+metrics on the evaluation subset, writes ``metrics.json`` and the figures next to the checkpoint (or to
+``output_dir``) and prints the table.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from . import config
+from .errors import ConfigError, DatasetNotFoundError
+
+METRICS = ("infomec", "dci")
+
+
+def evaluate_checkpoint(cfg: DictConfig) -> dict:
+    import torch
+    from hydra.utils import instantiate
+
+    from .run import print_summary
+
+    path = Path(cfg.ckpt).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"ckpt={path}: no such checkpoint file")
+    unknown = sorted(set(cfg.metrics) - set(METRICS))
+    if unknown:
+        raise ConfigError(f"metrics: unknown {unknown}; choose from {list(METRICS)}")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    if "disentangle_config" not in ckpt:
+        raise ConfigError(f"ckpt={path}: not a disentangle checkpoint (no stored config)")
+    run = OmegaConf.create(ckpt["disentangle_config"])
+    try:
+        datamodule = instantiate(cfg.data if cfg.get("data") is not None else run.data)
+        # older checkpoints did not store the image shape: assume the data's
+        shape = ckpt.get("disentangle_shape") or {
+            "in_channels": datamodule.num_channels, "resolution": datamodule.resolution}
+        model = instantiate(run.model, **shape)
+    except DatasetNotFoundError:
+        raise
+    except Exception as exc:
+        raise ConfigError(config.one_line(exc)) from exc
+    if (datamodule.num_channels, datamodule.resolution) != (model.in_channels, model.resolution):
+        raise ConfigError(
+            f"data {datamodule.name} has {datamodule.num_channels}x{datamodule.resolution}px images; the model "
+            f"was trained on {model.in_channels}x{model.resolution}px"
+        )
+    model.load_state_dict(ckpt["state_dict"])
+    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    out = Path(cfg.output_dir).expanduser() if cfg.output_dir else path.parent
+    evaluator = instantiate(cfg.callbacks.evaluation, output_dir=out)
+    result = evaluator.run(model, datamodule, step=int(ckpt.get("global_step", 0)), metrics=tuple(cfg.metrics))
+    title = f"{run.model.name} ({path.name}, step {ckpt.get('global_step', '?')}) on {datamodule.name}"
+    print_summary(title, result, evaluator.artifacts)
+    return result
+
+
+@hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        evaluate_checkpoint(cfg)
+    except (ConfigError, DatasetNotFoundError) as exc:
+        print(f"error: {config.one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

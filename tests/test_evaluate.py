@@ -1,0 +1,64 @@
+"""`python -m disentangle.evaluate ckpt=PATH`: re-evaluates a training checkpoint through the real CLI."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import FAST, ROOT, compose_config
+
+from disentangle.run import train
+
+
+def run_evaluate(*args):
+    return subprocess.run([sys.executable, "-m", "disentangle.evaluate", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False, env=dict(os.environ))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    train(compose_config(FAST + ["model=tripod", "data=shapes2d"], output_dir=out))
+    return out
+
+
+EVAL = ["callbacks.evaluation.dci.max_depth=4", "callbacks.evaluation.dci.n_estimators=10",
+        "callbacks.evaluation.n_samples=256", "callbacks.evaluation.n_interventions=3",
+        "callbacks.evaluation.progress=false"]
+
+
+def test_evaluate_reproduces_the_training_runs_final_metrics_next_to_the_checkpoint(trained):
+    ckpt = trained / "checkpoints" / "last.ckpt"
+    res = run_evaluate(f"ckpt={ckpt}", *EVAL)
+    assert res.returncode == 0, res.stderr[-2000:]
+    again = json.loads((ckpt.parent / "metrics.json").read_text())
+    first = json.loads((trained / "metrics.json").read_text())
+    for key in ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr"):
+        assert again[key] == pytest.approx(first[key], abs=1e-6), key
+    assert (ckpt.parent / "nmi_heatmap.png").is_file() and (ckpt.parent / "interventions.png").is_file()
+    assert "InfoM" in res.stdout and "step 4" in res.stdout
+
+
+def test_evaluate_runs_only_the_chosen_metrics_into_a_given_directory(trained, tmp_path):
+    res = run_evaluate(f"ckpt={trained / 'checkpoints' / 'last.ckpt'}", "metrics=[infomec]",
+                       f"output_dir={tmp_path}", *EVAL)
+    assert res.returncode == 0, res.stderr[-2000:]
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert "infom" in record and "dci_d" not in record
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ckpt=/nonexistent/last.ckpt"], "no such checkpoint"),
+        (["metrics=[infomec,mig]"], "choose from"),
+        (["data=sprites"], "was trained on 3x16px"),
+    ],
+)
+def test_evaluate_bad_input_is_one_line(trained, args, message):
+    if not args[0].startswith("ckpt="):
+        args = [f"ckpt={trained / 'checkpoints' / 'last.ckpt'}", *args]
+    res = run_evaluate(*args, *EVAL)
+    assert res.returncode == 2
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], res.stderr[-1500:]
