@@ -143,8 +143,9 @@ class PreparedDataModule(FactorDataModule):
         else:
             cpu = indices.cpu().numpy()
             images = torch.from_numpy(self.data.images[cpu]).to(device, non_blocking=True)
-        factors = self._factors.to(device)[indices] if device.type != "cpu" else self._factors[indices]
-        return images.float().div_(255), factors
+        if self._factors.device != device:  # move the (small) factor table once, not every batch
+            self._factors = self._factors.to(device)
+        return images.float().div_(255), self._factors[indices]
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, variant: str | None = None,
