@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from .errors import ConfigError  # noqa: F401  (re-exported)
-
 
 def _register() -> None:
     resolvers = {

@@ -20,7 +20,7 @@ import torch
 from ..errors import DatasetNotFoundError
 from .base import FactorDataModule
 
-# what `prepare` reads for each dataset, for the missing-file message (the data configs pass it as `raw`)
+# the variant whose cache is plain <name>.h5 (other variants get <name>_<variant>.h5)
 VARIANT_DEFAULT = {"mpi3d": "complex"}
 
 
