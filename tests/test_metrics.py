@@ -17,6 +17,7 @@ from disentangle.metrics import (
     active_latents,
     dci,
     dci_from_importance,
+    infoe,
     infom_infoc,
     infomec,
     nmi_matrix,
@@ -313,3 +314,142 @@ def test_no_stray_warnings_on_clean_input(sources: np.ndarray) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         infomec(sources[:1000], sources[:1000].astype(float), discrete_latents=True, infoe_features="onehot")
+
+
+# ------------------------------------------------------------------------------------------------ fast paths
+def test_truncated_forest_equals_refit_when_trees_are_deterministic() -> None:
+    """With every feature considered at every split and no bootstrap, a tree grown to depth d is exactly the full
+    tree cut at depth d: importances and probabilities must match sklearn's refit to float precision. (Deeper down,
+    small nodes have exactly tied splits that sklearn breaks by its random feature order, so depths stay shallow.)"""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from disentangle.metrics.dci import forest_depth_profile
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 5))
+    y = (x[:, 0] > 0).astype(int) + (x[:, 1] + 0.5 * x[:, 2] > 0.3) + (x[:, 3] > 1)
+    x_test = rng.normal(size=(200, 5))
+
+    def forest(depth):
+        return RandomForestClassifier(
+            n_estimators=3, max_features=None, bootstrap=False, criterion="entropy", max_depth=depth, random_state=0
+        ).fit(x, y)
+
+    full = forest(None)
+    depths = [1, 2, 3, 4, None]
+    importance, proba = forest_depth_profile(full, x_test, depths)
+    for k, depth in enumerate(depths):
+        refit = forest(depth)
+        np.testing.assert_allclose(importance[k], refit.feature_importances_, atol=1e-12)
+        np.testing.assert_allclose(proba[k], refit.predict_proba(x_test), atol=1e-12)
+    assert not np.allclose(importance[0], importance[-1])  # the depths really differ
+
+
+def test_fast_dci_agrees_with_refitting_every_depth() -> None:
+    from disentangle.metrics.synthetic import synthetic_representation
+
+    s, z = synthetic_representation(2000, (3, 4, 5, 4), 8, n_inactive=1, seed=0)
+    kwargs = {"n_estimators": 30, "depth_grid": (2, 4, 8, None)}
+    fast = dci(s, z, depth_search="truncate", **kwargs)
+    refit = dci(s, z, depth_search="refit", **kwargs)
+    for key in ("d", "i", "c"):
+        assert fast[key] == pytest.approx(refit[key], abs=0.03)
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_infomec_agrees_with_straightforward_sklearn(discrete: bool) -> None:
+    from disentangle.metrics.reference import infomec_reference
+    from disentangle.metrics.synthetic import synthetic_representation
+
+    s, z = synthetic_representation(1500, (3, 4, 5), 6, n_inactive=1, discrete=discrete, noise=0.1, seed=1)
+    ours = infomec(s, z, discrete_latents=discrete)
+    reference = infomec_reference(s, z, discrete_latents=discrete)
+    for key in SCORES:
+        assert ours[key] == pytest.approx(reference[key], abs=0.01)
+    np.testing.assert_allclose(ours["nmi"], reference["nmi"], atol=1e-6 if discrete else 0.02)
+
+
+def test_torch_device_path_matches_sklearn(sources: np.ndarray, entangled: np.ndarray) -> None:
+    """The GPU code path (torch bincount MI tables, torch L-BFGS logistic regression), run here on the CPU."""
+    cpu = infomec(sources, entangled, discrete_latents=True)
+    torch_path = infomec(sources, entangled, discrete_latents=True, device="cpu")
+    np.testing.assert_allclose(torch_path["nmi"], cpu["nmi"], atol=1e-12)
+    assert torch_path["infoe"] == pytest.approx(cpu["infoe"], abs=0.005)
+
+
+# ------------------------------------------------------------------------------------------------ invariances
+def test_strictly_monotone_transform_keeps_mi_based_scores(sources: np.ndarray, entangled: np.ndarray) -> None:
+    """Discrete latents: a strictly monotone map relabels the values, so plug-in MI is unchanged exactly.
+    Continuous latents: KSG works on ranks-by-distance and is invariant up to estimation noise."""
+    base = infomec(sources, entangled, discrete_latents=True)
+    warped = infomec(sources, np.exp(entangled) - 7.0, discrete_latents=True)
+    np.testing.assert_allclose(warped["nmi"], base["nmi"], atol=1e-12)
+    assert (warped["infom"], warped["infoc"]) == pytest.approx((base["infom"], base["infoc"]), abs=1e-12)
+
+    rng = np.random.default_rng(3)
+    continuous = sources[:, :3] + 0.3 * rng.normal(size=(N, 3))
+    base = nmi_matrix(sources, continuous, discrete_latents=False)
+    warped = nmi_matrix(sources, np.sinh(2 * continuous) + continuous**3, discrete_latents=False)
+    np.testing.assert_allclose(warped, base, atol=0.03)
+    assert np.abs(warped - base).max() > 0  # a real recomputation, not the same array
+
+
+def test_latents_equal_to_sources_are_perfect_for_dci(sources: np.ndarray) -> None:
+    scores = dci(sources, sources.astype(float), n_estimators=30, depth_grid=(2, 8, None))
+    assert scores["i"] == pytest.approx(1.0)
+    # Not 1: with max_features='sqrt' a split sometimes sees only unrelated latents and credits them a little.
+    assert scores["d"] > 0.9 and scores["c"] > 0.9
+
+
+def test_too_few_samples_give_clear_errors(sources: np.ndarray) -> None:
+    with pytest.raises(ValueError, match="KSG estimator needs more than ksg_k=3 samples"):
+        infomec(sources[:3], sources[:3].astype(float), discrete_latents=False)
+    with pytest.raises(ValueError, match="DCI needs at least 2 training and 1 test sample"):
+        dci(sources[:2], sources[:2].astype(float))
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        infomec(sources[:1], sources[:1].astype(float), discrete_latents=True)
+
+
+# ------------------------------------------------------------------------------------------------ variants
+def test_continuous_sources_use_least_squares_r2() -> None:
+    rng = np.random.default_rng(0)
+    s = rng.uniform(size=(3000, 2))
+    linear = np.column_stack([2 * s[:, 0] + 1, -s[:, 1]])
+    score, per_source = infoe(s, linear, discrete_latents=False, continuous_sources=True)
+    assert score == pytest.approx(1.0, abs=1e-9)
+    noisy = np.column_stack([s[:, 0] + rng.normal(scale=0.1, size=3000), rng.normal(size=3000)])
+    _, per_source = infoe(s, noisy, discrete_latents=False, continuous_sources=True)
+    # R² of s0 on s0 + noise: var(s0) / (var(s0) + 0.01) with var(U(0,1)) = 1/12
+    assert per_source[0] == pytest.approx((1 / 12) / (1 / 12 + 0.01), abs=0.02)
+    assert per_source[1] < 0.01
+    full = infomec(s, linear, discrete_latents=False, continuous_sources=True)
+    assert full["infoe"] == pytest.approx(1.0, abs=1e-9) and full["infom"] > 0.9
+
+
+def test_gradient_boosted_dci_variant(sources: np.ndarray) -> None:
+    rng = np.random.default_rng(0)
+    idx = rng.choice(N, 600, replace=False)
+    s = sources[idx, :3]
+    z = np.column_stack([s, rng.normal(size=(600, 1))])
+    scores = dci(s, z, predictor="gbt")
+    assert scores["i"] > 0.95 and scores["d"] > 0.9 and scores["c"] > 0.8
+    assert scores["importance"][3].sum() < 0.1  # the noise latent gets little importance
+    assert scores["max_depth"] == [None, None, None]
+
+
+def test_weighted_completeness_matches_hand_computation() -> None:
+    r = np.array([[0.6, 0.0], [0.2, 0.5], [0.0, 0.1]])
+    _, c_mean = dci_from_importance(r, "mean")
+    _, c_weighted = dci_from_importance(r, "weighted")
+
+    def entropy3(p):
+        q = (p + 1e-11) / (p + 1e-11).sum()
+        return -(q * np.log(q)).sum() / np.log(3)
+
+    per_source = np.array([1 - entropy3(r[:, 0]), 1 - entropy3(r[:, 1])])
+    assert c_mean == pytest.approx(per_source.mean())
+    assert c_weighted == pytest.approx((per_source * np.array([0.8, 0.6]) / 1.4).sum())
+    column_normalised = r / r.sum(axis=0)
+    assert dci_from_importance(column_normalised, "weighted")[1] == pytest.approx(
+        dci_from_importance(column_normalised, "mean")[1]
+    )

@@ -1,6 +1,8 @@
 """Disentanglement and reconstruction metrics: pure functions of arrays (numpy in, floats/arrays out).
 
-Torch tensors are accepted and converted; this package imports neither models nor data code.
+Torch tensors are accepted and converted; this package imports neither models nor data code. The sampled
+metrics (FactorVAE and BetaVAE scores, ``sampled.py``) take a data module and an encoder instead of arrays; they
+use only the module's duck-typed ``gather`` / ``factor_sizes`` API.
 """
 
 from disentangle.metrics.dci import DEFAULT_DEPTH_GRID, dci, dci_from_importance, entropy_base
@@ -17,25 +19,44 @@ from disentangle.metrics.infomec import (
     label_encode_columns,
     nmi_matrix,
 )
-from disentangle.metrics.reconstruction import PSNR_CAP_DB, psnr, psnr_per_image
+from disentangle.metrics.mcc import CORRELATIONS, abs_correlation, mcc
+from disentangle.metrics.mig import DISCRETIZATIONS, equal_width_bins, mi_matrix, mig
+from disentangle.metrics.modularity import explicitness, modularity, modularity_from_mi
+from disentangle.metrics.reconstruction import PSNR_CAP_DB, mse, psnr, psnr_per_image
+from disentangle.metrics.sampled import betavae_score, factorvae_score
+from disentangle.metrics.sap import sap
 
 __all__ = [
     "ACTIVE_RULES",
+    "CORRELATIONS",
     "DEFAULT_DEPTH_GRID",
+    "DISCRETIZATIONS",
     "INFOE_FEATURES",
     "PSNR_CAP_DB",
+    "abs_correlation",
     "active_latents",
     "as_numpy",
+    "betavae_score",
     "dci",
     "dci_from_importance",
     "entropy_base",
     "entropy_discrete",
+    "equal_width_bins",
+    "explicitness",
+    "factorvae_score",
     "infoe",
     "infom_infoc",
     "infomec",
     "label_encode",
     "label_encode_columns",
+    "mcc",
+    "mi_matrix",
+    "mig",
+    "modularity",
+    "modularity_from_mi",
+    "mse",
     "nmi_matrix",
     "psnr",
     "psnr_per_image",
+    "sap",
 ]

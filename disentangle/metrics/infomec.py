@@ -11,7 +11,9 @@ converted). Mutual information and entropies are in nats.
 from __future__ import annotations
 
 import inspect
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ __all__ = [
     "SUPPRESS_CONVERGENCE_WARNINGS",
     "active_latents",
     "as_numpy",
+    "bin_columns",
     "entropy_discrete",
     "infoe",
     "infom_infoc",
@@ -99,6 +102,14 @@ def check_inputs(sources: Any, latents: Any) -> tuple[np.ndarray, np.ndarray]:
     return s, z
 
 
+def bin_columns(x: np.ndarray, n_bins: int) -> np.ndarray:
+    """Each column cut into ``n_bins`` equal-width bins over its range (codes 0..n_bins-1; constant → 0)."""
+    x = np.asarray(x, dtype=np.float64)
+    lo, hi = x.min(axis=0), x.max(axis=0)
+    width = np.where(hi > lo, (hi - lo) / n_bins, 1.0)
+    return np.minimum(((x - lo) / width).astype(np.int64), n_bins - 1)
+
+
 def _check_option(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(
@@ -148,14 +159,58 @@ def _mutual_info_discrete(x: np.ndarray, kx: int, y: np.ndarray, ky: int) -> flo
     return max(float(mi), 0.0)  # rounding can give -1e-17 for independent columns
 
 
+# Joint tables bigger than this many cells are built one source at a time instead of all at once.
+_MAX_JOINT_CELLS = 50_000_000
+
+
+def _mutual_info_all_pairs(
+    s_codes: np.ndarray, s_card: np.ndarray, z_codes: np.ndarray, z_card: np.ndarray, device: Any = None
+) -> np.ndarray:
+    """Plug-in MI (nats) of every (source, latent) pair, shape (n_sources, n_latents), from one bincount.
+
+    Every pair's contingency table sits in its own block of one flat count array (offset by pair index), so a single
+    bincount over n_samples × n_latents codes builds all tables of a source. ``device`` (a torch device) runs it
+    with torch there (e.g. on the GPU); None uses numpy.
+    """
+    n, n_z = z_codes.shape
+    kz = int(z_card.max())
+    out = np.zeros((s_codes.shape[1], n_z))
+    if device is not None:
+        import torch
+
+        zt = torch.as_tensor(z_codes, device=device)
+        offsets = torch.arange(n_z, device=device) * kz
+    for i in range(s_codes.shape[1]):
+        ks = int(s_card[i])
+        cells = n_z * ks * kz
+        if cells > _MAX_JOINT_CELLS:  # very many distinct latent values: pair by pair keeps memory bounded
+            out[i] = [_mutual_info_discrete(s_codes[:, i], ks, z_codes[:, j], z_card[j]) for j in range(n_z)]
+            continue
+        if device is None:
+            flat = (np.arange(n_z) * kz)[None, :] + s_codes[:, i : i + 1] * (n_z * kz) + z_codes
+            joint = np.bincount(flat.ravel(), minlength=cells).reshape(ks, n_z, kz) / n
+        else:
+            st = torch.as_tensor(s_codes[:, i], device=device)
+            flat = offsets[None, :] + st[:, None] * (n_z * kz) + zt
+            joint = (torch.bincount(flat.reshape(-1), minlength=cells).reshape(ks, n_z, kz).double() / n)
+            joint = joint.cpu().numpy()
+        ps = joint.sum(axis=(1, 2)) / n_z  # each latent's table holds all n samples
+        pz = joint.sum(axis=0)  # (n_z, kz)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = joint * (np.log(joint) - np.log(ps[:, None, None] * pz[None, :, :]))
+        out[i] = np.maximum(np.nansum(np.where(joint > 0, terms, 0.0), axis=(0, 2)), 0.0)
+    return out
+
+
 def nmi_matrix(
-    sources: Any, latents: Any, *, discrete_latents: bool, ksg_k: int = 3, seed: int = 0
+    sources: Any, latents: Any, *, discrete_latents: bool, ksg_k: int = 3, seed: int = 0, device: Any = None
 ) -> np.ndarray:
     """Normalised mutual information NMI[i, j] = I(s_i; z_j) / H(s_i), shape (n_sources, n_latents).
 
     Hsu et al. 2023 eq. 7; spec qlae.md §8.2. Discrete latents: label-encoded, plug-in MI of the contingency
-    table. Continuous latents: the Ross (2014) discrete–continuous k-NN estimator (sklearn's
-    ``mutual_info_classif``, k = ``ksg_k``, ``random_state=seed``) on per-column standardised latents.
+    table (all pairs at once; on ``device`` with torch if given). Continuous latents: the Ross (2014)
+    discrete–continuous k-NN estimator (sklearn's ``mutual_info_classif``, k = ``ksg_k``, ``random_state=seed``)
+    on per-column standardised latents, latent columns in parallel.
     NaN → 0, result clipped to [0, 1]. Single-valued sources give a zero row (with a warning); constant
     continuous latents get a zero column (rather than the estimator's jitter-driven small positive values).
     """
@@ -163,30 +218,23 @@ def nmi_matrix(
     s_codes, s_card = label_encode_columns(s)
     usable = _warn_constant_sources(s_card)
     nmi = np.zeros((s.shape[1], z.shape[1]))
+    entropy = np.array([entropy_discrete(s_codes[:, i]) for i in range(s.shape[1])])
     if discrete_latents:
         z_codes, z_card = label_encode_columns(z)
+        mi = _mutual_info_all_pairs(s_codes[:, usable], s_card[usable], z_codes, z_card, device)
+        nmi[usable] = mi / entropy[usable, None]
     else:
+        if s.shape[0] <= ksg_k:
+            raise ValueError(f"the KSG estimator needs more than ksg_k={ksg_k} samples, got {s.shape[0]}")
         z_std = _standardize(z)
         # A constant column carries no information, but KSG on sklearn's tiny jitter reports small positive MI.
         varies = z.std(axis=0) > 0
-    for i in np.flatnonzero(usable):
-        h = entropy_discrete(s_codes[:, i])
-        if discrete_latents:
-            mi = np.array(
-                [
-                    _mutual_info_discrete(s_codes[:, i], s_card[i], z_codes[:, j], z_card[j])
-                    for j in range(z.shape[1])
-                ]
+        for i in np.flatnonzero(usable):
+            # One call per source covers all latent columns (estimated independently, on n_jobs workers).
+            mi = mutual_info_classif(
+                z_std, s_codes[:, i], discrete_features=False, n_neighbors=ksg_k, random_state=seed, n_jobs=-1
             )
-        else:
-            # One call per source covers all latent columns: sklearn estimates each column independently.
-            mi = (
-                mutual_info_classif(
-                    z_std, s_codes[:, i], discrete_features=False, n_neighbors=ksg_k, random_state=seed
-                )
-                * varies
-            )
-        nmi[i] = mi / h
+            nmi[i] = mi * varies / entropy[i]
     return np.clip(np.nan_to_num(nmi, nan=0.0), 0.0, 1.0)
 
 
@@ -306,30 +354,75 @@ def _fit_log_loss(features: np.ndarray, y: np.ndarray) -> float:
         fit_intercept=True,
         class_weight="balanced",
     )
-    # The matrices are thin (n × tens), so multi-threaded BLAS buys nothing here, and on a busy machine its
-    # spinning threads made each fit ~10x slower in our measurements; one BLAS thread is the robust choice.
-    with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
-        if SUPPRESS_CONVERGENCE_WARNINGS:
-            warnings.simplefilter("ignore", ConvergenceWarning)
-        model.fit(features, y)
-        proba = model.predict_proba(features)
+    model.fit(features, y)
+    proba = model.predict_proba(features)
     # Labels are 0..K-1 and all present, so classes_ == arange(K) and the column index is the label.
     p_true = proba[np.arange(y.size), np.searchsorted(model.classes_, y)]
     return float(-np.log(np.clip(p_true, _PROB_EPS, 1.0)).mean())
 
 
+def _fit_log_loss_torch(features: np.ndarray, y: np.ndarray, device: Any) -> float:
+    """:func:`_fit_log_loss` with torch on ``device`` (e.g. the GPU): the same objective (class-balanced mean
+    cross-entropy, no penalty, intercept, zero start) minimised by L-BFGS (history 10, strong-Wolfe line search,
+    stop at max |gradient| ≤ 1e-4 or 100 iterations, as sklearn's lbfgs), in float64, scored unweighted."""
+    import torch
+
+    x = torch.as_tensor(features, dtype=torch.float64, device=device)
+    target = torch.as_tensor(y, device=device)
+    k = int(y.max()) + 1
+    counts = torch.bincount(target, minlength=k).double()
+    weight = (y.size / (k * counts))[target]
+    weight = weight / weight.sum()
+    coef = torch.zeros(x.shape[1], k, dtype=torch.float64, device=device, requires_grad=True)
+    bias = torch.zeros(k, dtype=torch.float64, device=device, requires_grad=True)
+    optimizer = torch.optim.LBFGS(
+        [coef, bias], lr=1, max_iter=INFOE_MAX_ITER, history_size=10, tolerance_grad=1e-4,
+        tolerance_change=1e-12, line_search_fn="strong_wolfe",
+    )
+
+    def closure():
+        optimizer.zero_grad()
+        nll = torch.nn.functional.cross_entropy(x @ coef + bias, target, reduction="none")
+        loss = (weight * nll).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        log_p = torch.log_softmax(x @ coef + bias, dim=1).gather(1, target[:, None])
+        return float(-log_p.clamp(min=np.log(_PROB_EPS)).mean())
+
+
+def _r2(features: np.ndarray, y: np.ndarray) -> float:
+    """In-sample R² of ordinary least squares with intercept (spec qlae.md §8.5, continuous sources)."""
+    design = np.column_stack([features, np.ones(y.size)])
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    residual = ((y - design @ coef) ** 2).sum()
+    return float(1.0 - residual / ((y - y.mean()) ** 2).sum())
+
+
 def infoe(
-    sources: Any, latents: Any, *, discrete_latents: bool, infoe_features: str = "standardize"
+    sources: Any,
+    latents: Any,
+    *,
+    discrete_latents: bool,
+    infoe_features: str = "standardize",
+    continuous_sources: bool = False,
+    device: Any = None,
 ) -> tuple[float, np.ndarray]:
     """InfoE and the per-source NMI_V (Hsu et al. 2023 eqs. 13–14; spec qlae.md §8.5, §12 rows 9–10).
 
-    For every source, NMI_V = (H0 − H) / H0, where H is the in-sample log-loss of a logistic regression from the
-    latent features and H0 that of the same fit on all-zero features (≈ ln K); each is clipped to [0, 1] and InfoE
-    is their mean over usable sources. All latents are used (no active-latent pruning).
+    For every source, NMI_V = (H0 − H) / H0, where H is the in-sample log-loss of an unregularised multinomial
+    logistic regression from the latent features and H0 that of the same fit on all-zero features, which is ln K
+    (see below); each is clipped to [0, 1] and InfoE is their mean over usable sources. All latents are used (no
+    active-latent pruning). ``continuous_sources=True``: NMI_V is the in-sample R² of least squares with intercept
+    on the standardised source instead (spec §8.5, "continuous sources").
 
     ``infoe_features``: ``"standardize"`` (default; per-column standardised latents, constant columns → 0) or
     ``"onehot"`` (one-hot of every latent's unique values, the authors' standalone code). As in that code,
     one-hot applies to discrete latents only; continuous latents are always standardised.
+    ``device``: None fits with sklearn on the CPU (sources in parallel); a torch device (e.g. ``"cuda"``) fits the
+    same objective with torch L-BFGS there (:func:`_fit_log_loss_torch`; agrees with sklearn to ~1e-3 in NMI_V).
     Returns (InfoE, per-source NMI_V array with 0 for skipped single-valued sources).
     """
     _check_option("infoe_features", infoe_features, INFOE_FEATURES)
@@ -337,14 +430,32 @@ def infoe(
     s_codes, s_card = label_encode_columns(s)
     usable = _warn_constant_sources(s_card)
     features = _onehot(z) if (discrete_latents and infoe_features == "onehot") else _standardize(z)
-    null_features = np.zeros((z.shape[0], 1))
+
+    def nmi_v(i: int) -> float:
+        if continuous_sources:
+            return float(np.clip(_r2(features, _standardize(s[:, i : i + 1].astype(np.float64))[:, 0]), 0, 1))
+        # H_V(s|∅): with class_weight='balanced' the intercept-only model's weighted optimum is the uniform
+        # distribution, whose unweighted in-sample cross-entropy is exactly ln K (K = classes present). Fitting it,
+        # as the reference code does, only adds the optimiser's tolerance to this value.
+        h_null = float(np.log(s_card[i]))
+        if device is None:
+            h_model = _fit_log_loss(features, s_codes[:, i])
+        else:
+            h_model = _fit_log_loss_torch(features, s_codes[:, i], device)
+        return float(np.clip((h_null - h_model) / h_null, 0.0, 1.0))
 
     per_source = np.zeros(s.shape[1])
-    for i in np.flatnonzero(usable):
-        y = s_codes[:, i]
-        h_null = _fit_log_loss(null_features, y)
-        h_model = _fit_log_loss(features, y)
-        per_source[i] = np.clip((h_null - h_model) / h_null, 0.0, 1.0) if h_null > 0 else 0.0
+    order = np.flatnonzero(usable)
+    # One fit per source, overlapping on a small thread pool (lbfgs spends its time in numpy). The matrices are
+    # thin (n × tens), so multi-threaded BLAS buys nothing inside a fit, and on a busy machine its spinning threads
+    # made each fit ~10x slower in our measurements: one BLAS thread per fit. Both context managers are
+    # process-wide, so they wrap the pool rather than each fit.
+    workers = max(1, min(len(order), os.cpu_count() or 1)) if device is None else 1
+    with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
+        if SUPPRESS_CONVERGENCE_WARNINGS:
+            warnings.simplefilter("ignore", ConvergenceWarning)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            per_source[order] = list(pool.map(nmi_v, order))
     score = float(per_source[usable].mean()) if usable.any() else 0.0
     return score, per_source
 
@@ -361,8 +472,11 @@ def infomec(
     active_rule: str = "range",
     infoe_features: str = "standardize",
     seed: int = 0,
+    continuous_sources: bool = False,
+    source_bins: int = 20,
+    device: Any = None,
 ) -> dict[str, Any]:
-    """InfoMEC = (InfoM, InfoE, InfoC) of latents with respect to discrete sources.
+    """InfoMEC = (InfoM, InfoE, InfoC) of latents with respect to discrete (or, by option, continuous) sources.
 
     Hsu et al. 2023, eqs. 7–9, 13–14; spec qlae.md §8.2–8.5 (paper defaults) and tripod.md §10.1 (standalone-code
     options ``active_rule="iqr"``, ``infoe_features="onehot"``, ``ksg_k=10``).
@@ -376,6 +490,10 @@ def infomec(
         active_rule: ``"range"`` (paper) or ``"iqr"`` (standalone code); see :func:`active_latents`.
         infoe_features: ``"standardize"`` or ``"onehot"``; see :func:`infoe`.
         seed: ``random_state`` of the KSG jitter.
+        continuous_sources: InfoE from least-squares R² (spec qlae.md §8.5); for the NMI matrix, which the papers
+            define for discrete sources only, each source is cut into ``source_bins`` equal-width bins [our choice].
+        device: a torch device (e.g. ``"cuda"``) for the discrete MI tables and the InfoE regressions; None = CPU
+            with numpy/sklearn. The KSG estimator always runs on the CPU.
 
     Returns:
         ``{"infom", "infoe", "infoc"}`` floats in [0, 1], ``"nmi"`` (n_sources, n_latents) and ``"active"``
@@ -387,11 +505,15 @@ def infomec(
     _check_option("infoe_features", infoe_features, INFOE_FEATURES)
     s, z = check_inputs(sources, latents)
     usable = label_encode_columns(s)[1] > 1
+    binned = bin_columns(s, source_bins) if continuous_sources else s
     # The single-value warning is raised once, by nmi_matrix; infoe would repeat it.
-    nmi = nmi_matrix(s, z, discrete_latents=discrete_latents, ksg_k=ksg_k, seed=seed)
+    nmi = nmi_matrix(binned, z, discrete_latents=discrete_latents, ksg_k=ksg_k, seed=seed, device=device)
     active = active_latents(z, discrete_latents=discrete_latents, active_rule=active_rule)
     infom, infoc = infom_infoc(nmi, active, usable)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"source \d+ has a single value", category=RuntimeWarning)
-        infoe_score, _ = infoe(s, z, discrete_latents=discrete_latents, infoe_features=infoe_features)
+        infoe_score, _ = infoe(
+            s, z, discrete_latents=discrete_latents, infoe_features=infoe_features,
+            continuous_sources=continuous_sources, device=device,
+        )
     return {"infom": infom, "infoe": infoe_score, "infoc": infoc, "nmi": nmi, "active": active}

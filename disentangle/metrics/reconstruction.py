@@ -1,4 +1,4 @@
-"""Reconstruction quality: PSNR (spec ``shared/specs/qlae.md`` §8.7)."""
+"""Reconstruction quality: PSNR (spec ``shared/specs/qlae.md`` §8.7) and MSE (``factorqvae.md`` A10)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from disentangle.metrics.infomec import as_numpy
 
-__all__ = ["PSNR_CAP_DB", "psnr", "psnr_per_image"]
+__all__ = ["PSNR_CAP_DB", "mse", "psnr", "psnr_per_image"]
 
 # A perfect reconstruction has MSE 0 and infinite PSNR; we cap each image at 100 dB (an MSE of 1e-10, far below
 # float32 rounding of [0, 1] images) so that the mean over a batch stays finite and comparable.
@@ -35,3 +35,18 @@ def psnr_per_image(reconstruction: Any, target: Any) -> np.ndarray:
 def psnr(reconstruction: Any, target: Any) -> float:
     """Mean over images of the per-image PSNR (spec qlae.md §8.7); see :func:`psnr_per_image`."""
     return float(psnr_per_image(reconstruction, target).mean())
+
+
+def mse(reconstruction: Any, target: Any) -> float:
+    """Mean over images of the per-image MSE over all non-batch axes, in float64.
+
+    Spec factorqvae.md A10 (reported ×10⁴ there) and qlae.md §8.7 (the MSE inside PSNR). Shape (N, ...), numpy
+    arrays or torch tensors; every image has the same size, so this equals the mean over all values.
+    """
+    x = as_numpy(reconstruction).astype(np.float64)
+    y = as_numpy(target).astype(np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"reconstruction and target shapes differ: {x.shape} vs {y.shape}")
+    if x.ndim < 2 or x.shape[0] == 0:
+        raise ValueError(f"expected a non-empty batch of images (N, ...), got shape {x.shape}")
+    return float(((x - y) ** 2).reshape(x.shape[0], -1).mean(axis=1).mean())
