@@ -1,37 +1,115 @@
 """Evaluation callback: every N steps and at the end of training, encode the fixed evaluation subset and
-compute InfoMEC, DCI and reconstruction PSNR; at the end write ``metrics.json`` and figures.
+compute InfoMEC, DCI and reconstruction PSNR (spec qlae.md §8); at the end write ``metrics.json`` and figures.
 
-Metric definitions live in :mod:`disentangle.metrics`; this callback only gathers latents, calls them,
-draws figures and logs.
+Metric definitions live in :mod:`disentangle.metrics`; this callback only gathers latents, calls them, draws
+figures and logs. The work is split in two:
+
+* **on the training thread** (it needs the model): encode this process's shard of the evaluation subset,
+  gather all ranks' rows with :class:`~disentangle.metrics.accumulate.LatentFactorAccumulator` (sorted by
+  evaluation-set position, so 1 and N processes give the same matrix), and, for the final evaluation, decode
+  the intervention sweeps and the reconstructions that the figures show. This is a few forward passes.
+* **in a worker thread** (``background=True``; numpy arrays only, no model): InfoMEC and DCI, which take
+  seconds to minutes on CPU, then ``metrics.json`` and the figures. Training goes on meanwhile. Finished
+  results are handed back to the training thread at the next batch, which logs them to the Lightning loggers
+  at the step they were taken (``logger.log_metrics(..., step=...)``), appends them to
+  ``metrics_history.jsonl`` and ``history``. At the end of training, and on an exception, the callback waits
+  for the worker, so the final results always reach the loggers and ``metrics.json`` before ``trainer.fit``
+  returns. An error in the worker is re-raised on the training thread (:class:`EvaluationError`, naming the
+  step) at the next batch or at the end of training.
+
+Under DDP every rank encodes its shard and takes part in the all-gather; only global rank 0 computes the
+metrics, writes files and logs.
 """
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from hydra.utils import get_method
 from tqdm.auto import tqdm
 
 from .. import metrics as M
-from .figures import intervention_grid, nmi_heatmap
+from ..metrics.accumulate import LatentFactorAccumulator, disentanglement_metrics
+from .figures import dci_importance_heatmap, intervention_grid, nmi_heatmap, reconstruction_grid
+
+log = logging.getLogger(__name__)
 
 SUMMARY_KEYS = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr")
+HISTORY_FILE = "metrics_history.jsonl"
+
+
+class EvaluationError(RuntimeError):
+    """A metric computation (possibly in the background worker) failed; ``__cause__`` is the original."""
+
+
+@dataclass
+class EvaluationJob:
+    """What the training thread hands to the metric worker: numpy arrays and plain values, no model."""
+
+    step: int
+    final: bool
+    write: bool
+    run_dci: bool
+    latents: np.ndarray  # (n, n_z), rows in evaluation-set order
+    factors: np.ndarray  # (n, n_s)
+    psnr: np.ndarray | None  # (n,) per-image PSNR in dB
+    discrete_latents: bool
+    method: str
+    data: str
+    factor_names: tuple[str, ...]
+    encode_seconds: float
+    interventions: np.ndarray | None = None  # (T, n_z, C, H, W) decoded latent sweeps, in [0, 1]
+    reconstructions: tuple[np.ndarray, np.ndarray] | None = None  # originals, reconstructions (k, C, H, W)
+
+
+@dataclass
+class EvaluationOutcome:
+    step: int
+    final: bool
+    result: dict[str, float]
+    artifacts: dict[str, Path] = field(default_factory=dict)
+
+
+def shard_positions(n: int, batch_size: int, rank: int = 0, world_size: int = 1) -> list[torch.Tensor]:
+    """This rank's batches of evaluation-set positions ``0..n-1``: the subset is cut into batches of
+    ``batch_size`` exactly as a single process would, and whole batches are dealt round-robin to the ranks.
+    Every image is thus encoded in the same batch as in a single-process run (batch composition can change a
+    network's floating-point output), and the gathered matrix is bitwise the single-process one."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} out of range for world size {world_size}")
+    return list(torch.arange(n).split(int(batch_size)))[rank::world_size]
 
 
 class DisentanglementEvaluation(pl.Callback):
     """Args:
-        output_dir: where ``metrics.json`` and the PNGs go (the Hydra run directory).
+        output_dir: where ``metrics.json``, ``metrics_history.jsonl`` and the PNGs go (the Hydra run
+            directory).
         every_n_steps: periodic evaluation cadence (0 = only at the end).
         n_samples: evaluation subset size (None = the data module's ``eval_size``).
-        batch_size: encoding batch size.
+        batch_size: encoding batch size (per process; under DDP the batches are dealt to the ranks).
         periodic_dci: also run DCI at periodic evaluations (it is the slow part).
         infomec / dci: keyword options passed to :func:`disentangle.metrics.infomec` / ``dci``.
-        figures: write the NMI heatmap and intervention grid at the end.
+        figures: write the NMI and DCI-importance heatmaps, the intervention grid and the reconstruction
+            grid at the end.
         n_interventions: interpolation points per latent in the intervention grid.
+        progress: progress bar while encoding.
+        background: compute the metrics in a worker thread so training is not stalled; the final evaluation is
+            waited for before training returns. False computes them on the training thread.
+        n_reconstructions: images in the reconstruction grid.
+        save_latents: also write the gathered evaluation arrays (``latents.npz``: latents, factors, psnr) at
+            the end.
+        metric_fn: replacement for :func:`disentangle.metrics.accumulate.disentanglement_metrics` (a callable
+            or a dotted path; same signature), e.g. to add a metric.
     """
 
     def __init__(
@@ -46,12 +124,20 @@ class DisentanglementEvaluation(pl.Callback):
         figures: bool = True,
         n_interventions: int = 10,
         progress: bool = True,
+        background: bool = True,
+        n_reconstructions: int = 8,
+        save_latents: bool = False,
+        metric_fn: Callable[..., dict] | str | None = None,
     ):
         super().__init__()
         if int(every_n_steps) < 0:
             raise ValueError(f"callbacks.evaluation.every_n_steps must be >= 0 (got {every_n_steps})")
         if n_samples is not None and int(n_samples) < 2:
             raise ValueError(f"callbacks.evaluation.n_samples must be >= 2 (got {n_samples})")
+        if int(batch_size) < 1:
+            raise ValueError(f"callbacks.evaluation.batch_size must be >= 1 (got {batch_size})")
+        if int(n_reconstructions) < 0:
+            raise ValueError(f"callbacks.evaluation.n_reconstructions must be >= 0 (got {n_reconstructions})")
         self.output_dir = Path(output_dir)
         self.every_n_steps = int(every_n_steps)
         self.n_samples = None if n_samples is None else int(n_samples)
@@ -62,11 +148,26 @@ class DisentanglementEvaluation(pl.Callback):
         self.figures = bool(figures)
         self.n_interventions = int(n_interventions)
         self.progress = bool(progress)
-        self.last: dict | None = None
-        self.artifacts: dict[str, Path] = {}
+        self.background = bool(background)
+        self.n_reconstructions = int(n_reconstructions)
+        self.save_latents = bool(save_latents)
+        if isinstance(metric_fn, str):
+            metric_fn = get_method(metric_fn)
+        self.metric_fn = metric_fn or disentanglement_metrics
+        self.last: dict | None = None  # the latest finished evaluation (the final one after training)
+        self.artifacts: dict[str, Path] = {}  # files of the latest written evaluation
+        self.history: list[dict] = []  # every finished evaluation of this callback, with its step
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: deque[tuple[int, Future]] = deque()
+
+    def __getstate__(self):  # threads and futures do not pickle (ddp_spawn, deepcopy)
+        state = dict(self.__dict__)
+        state["_executor"], state["_pending"] = None, deque()
+        return state
 
     # -- Lightning hooks ---------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._collect(trainer.loggers, wait=False, history=self._history_path(trainer))
         step = trainer.global_step
         if self.every_n_steps and step % self.every_n_steps == 0 and step < trainer.max_steps:
             self.evaluate(trainer, pl_module, final=False)
@@ -74,85 +175,195 @@ class DisentanglementEvaluation(pl.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         self.evaluate(trainer, pl_module, final=True)
 
-    # -- the work ----------------------------------------------------------------------------------
-    @torch.no_grad()
-    def encode_subset(self, pl_module, datamodule) -> tuple[np.ndarray, np.ndarray, float]:
-        """Latents, factors and mean PSNR over the evaluation subset."""
-        was_training = pl_module.training
-        pl_module.eval()
-        n = self.n_samples or datamodule.eval_size
-        latents, factors, psnr_sum = [], [], 0.0
-        batches = datamodule.eval_batches(self.batch_size, pl_module.device, limit=n)
-        total = -(-min(n, datamodule.eval_size) // self.batch_size)
-        for images, f in tqdm(batches, total=total, desc="evaluate: encode", leave=False, disable=not self.progress):
-            z, recon = pl_module.embed(images)
-            latents.append(z.float().cpu())
-            factors.append(f.cpu())
-            psnr_sum += M.psnr(recon, images) * len(images)
-        pl_module.train(was_training)
-        z = torch.cat(latents).numpy()
-        s = torch.cat(factors).numpy()
-        return z, s, psnr_sum / len(z)
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        # the run failed: still deliver everything the worker finishes, without masking the original exception
+        try:
+            for error in self._collect_all(trainer):
+                log.error("%s", error)
+        finally:
+            self._shutdown()
 
-    def evaluate(self, trainer, pl_module, final: bool) -> dict:
-        return self.run(pl_module, trainer.datamodule, step=trainer.global_step, logger=trainer.logger,
-                        final=final, write=final and trainer.is_global_zero)
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        try:
+            errors = self._collect_all(trainer)
+        finally:
+            self._shutdown()
+        if errors:
+            raise errors[0]
+
+    # -- the work ----------------------------------------------------------------------------------
+    def evaluate(self, trainer, pl_module, final: bool) -> dict | None:
+        """Encode on every rank; on rank 0 compute (in the worker if ``background``) and, at the end, wait.
+        Returns the final result (rank 0, ``final``), else None."""
+        job = self.prepare(
+            pl_module, trainer.datamodule, step=trainer.global_step, final=final,
+            write=final and trainer.is_global_zero, run_dci=final or self.periodic_dci,
+            rank=trainer.global_rank, world_size=trainer.world_size,
+        )
+        if job is None:  # not global rank 0: its rows went to rank 0 in the all-gather
+            return None
+        self._submit(job)
+        history = self._history_path(trainer)
+        self._collect(trainer.loggers, wait=final, history=history)
+        return self.last if final else None
 
     def run(self, pl_module, datamodule, *, step: int = 0, logger=None, final: bool = True,
-            write: bool = True, metrics=("infomec", "dci")) -> dict:
-        """Evaluate ``pl_module`` on ``datamodule``'s evaluation subset; with ``write``, also write
-        ``metrics.json`` and the figures to ``output_dir``. Used by the callback and by
-        ``python -m disentangle.evaluate``."""
-        start = time.perf_counter()
-        z, s, psnr = self.encode_subset(pl_module, datamodule)
-        discrete = pl_module.discrete_latents
-        info = M.infomec(s, z, discrete_latents=discrete, **self.infomec_kwargs)
-        result = {"infom": info["infom"], "infoe": info["infoe"], "infoc": info["infoc"], "psnr": psnr}
-        dci = None
-        if "dci" in metrics and (final or self.periodic_dci):
-            dci = M.dci(s, z, **self.dci_kwargs)
-            result.update(dci_d=dci["d"], dci_i=dci["i"], dci_c=dci["c"])
-        result = {k: float(v) for k, v in result.items()}
-        result["eval_seconds"] = time.perf_counter() - start
-        if logger is not None:
-            logger.log_metrics({f"eval/{k}": v for k, v in result.items()}, step=step)
-        if write:
-            self._write_final(logger, pl_module, datamodule, z, result, info, dci, step)
-        self.last = result
-        return result
-
-    def _write_final(self, logger, pl_module, datamodule, z, result, info, dci, step) -> None:
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        record = dict(result)
-        record.update(
-            step=step,
-            method=getattr(pl_module, "method", type(pl_module).__name__),
-            data=datamodule.name,
-            n_samples=len(z),
-            discrete_latents=bool(pl_module.discrete_latents),
-            factor_names=list(datamodule.factor_names),
-            nmi=np.asarray(info["nmi"]).round(4).tolist(),
-            active=np.asarray(info["active"]).astype(bool).tolist(),
-        )
-        if dci is not None:
-            record["dci_importance"] = np.asarray(dci["importance"]).round(4).tolist()
-        path = self.output_dir / "metrics.json"
-        path.write_text(json.dumps(record, indent=2))
-        self.artifacts = {"metrics": path}
-        if self.figures:
-            self.artifacts["nmi_heatmap"] = nmi_heatmap(
-                np.asarray(info["nmi"]), np.asarray(info["active"]), datamodule.factor_names,
-                self.output_dir / "nmi_heatmap.png",
-            )
-            self.artifacts["interventions"] = self._interventions(pl_module, datamodule, z, info)
-            _log_images(logger, {k: v for k, v in self.artifacts.items() if k != "metrics"}, step)
+            write: bool = True, metrics=("infomec", "dci")) -> dict | None:
+        """Evaluate ``pl_module`` on ``datamodule``'s evaluation subset now (on this thread); with ``write``,
+        also write ``metrics.json`` and the figures to ``output_dir``. Used by ``python -m
+        disentangle.evaluate`` (no Trainer). In an initialised process group every rank must call it; rank 0
+        returns the result, the others None."""
+        dist = torch.distributed.is_available() and torch.distributed.is_initialized()
+        rank, world = (torch.distributed.get_rank(), torch.distributed.get_world_size()) if dist else (0, 1)
+        job = self.prepare(pl_module, datamodule, step=step, final=final, write=write and rank == 0,
+                           run_dci="dci" in metrics and (final or self.periodic_dci), rank=rank,
+                           world_size=world)
+        if job is None:
+            return None
+        try:
+            outcome = self.compute(job)
+        except Exception as exc:
+            raise EvaluationError(f"evaluation at step {step} failed: {type(exc).__name__}: {exc}") from exc
+        self._record(outcome, _as_list(logger), history=None)
+        return outcome.result
 
     @torch.no_grad()
-    def _interventions(self, pl_module, datamodule, z: np.ndarray, info: dict) -> Path:
-        """Sweep each latent over [min, max] on the evaluation set from one encoded image."""
+    def encode_subset(self, pl_module, datamodule, rank: int = 0, world_size: int = 1) -> dict:
+        """Encode this rank's shard of the evaluation subset and all-gather every rank's rows.
+
+        Returns numpy ``{"latents", "factors", "index", "psnr"}`` over the whole subset in evaluation-set
+        order (every rank receives them; the collective needs every rank to call this)."""
+        device = pl_module.device
+        n = min(self.n_samples or datamodule.eval_size, datamodule.eval_size)
+        indices = datamodule.eval_indices()[:n]
+        shard = shard_positions(n, self.batch_size, rank, world_size)
+        acc = LatentFactorAccumulator()
+        for pos in tqdm(shard, desc="evaluate: encode", leave=False, disable=not self.progress or rank != 0):
+            images, factors = datamodule.gather(indices[pos].to(device))
+            z, recon = pl_module.embed(images)
+            psnr = torch.as_tensor(M.psnr_per_image(recon, images), device=device)
+            acc.update(z.float(), factors, pos.to(device), psnr)
+        if not shard:  # more ranks than batches: contribute zero rows of the right dtype and width
+            images, factors = datamodule.gather(indices[:1].to(device))
+            z, _ = pl_module.embed(images)
+            acc.update(z[:0].float(), factors[:0], torch.zeros(0, dtype=torch.long, device=device),
+                       torch.zeros(0, dtype=torch.float64, device=device))
+        out = acc.compute()
+        acc.reset()
+        return out
+
+    @torch.no_grad()
+    def prepare(self, pl_module, datamodule, *, step: int, final: bool, write: bool, run_dci: bool,
+                rank: int = 0, world_size: int = 1) -> EvaluationJob | None:
+        """The training-thread part: encode and gather (all ranks), then on rank 0 decode what the figures
+        show. Returns the job for :meth:`compute` on rank 0, None on the other ranks."""
+        start = time.perf_counter()
         was_training = pl_module.training
         pl_module.eval()
-        images, _ = next(datamodule.eval_batches(1, pl_module.device))
+        try:
+            data = self.encode_subset(pl_module, datamodule, rank=rank, world_size=world_size)
+            if rank != 0:
+                return None
+            interventions = reconstructions = None
+            if write and self.figures:
+                interventions = self._decode_interventions(pl_module, datamodule, data["latents"])
+                reconstructions = self._reconstructions(pl_module, datamodule)
+        finally:
+            pl_module.train(was_training)
+        return EvaluationJob(
+            step=int(step), final=final, write=write, run_dci=run_dci,
+            latents=data["latents"], factors=data["factors"], psnr=data["psnr"],
+            discrete_latents=bool(pl_module.discrete_latents),
+            method=getattr(pl_module, "method", type(pl_module).__name__), data=datamodule.name,
+            factor_names=tuple(datamodule.factor_names), encode_seconds=time.perf_counter() - start,
+            interventions=interventions, reconstructions=reconstructions,
+        )
+
+    def compute(self, job: EvaluationJob) -> EvaluationOutcome:
+        """The worker part (no model, no torch): metrics, then for a writing job metrics.json and figures."""
+        start = time.perf_counter()
+        out = self.metric_fn(
+            job.latents, job.factors, discrete_latents=job.discrete_latents, psnr=job.psnr,
+            infomec_kwargs=self.infomec_kwargs, dci_kwargs=self.dci_kwargs, run_dci=job.run_dci,
+        )
+        result = {k: float(out[k]) for k in SUMMARY_KEYS if k in out}
+        result["eval_seconds"] = job.encode_seconds + time.perf_counter() - start
+        artifacts = self._write(job, result, out) if job.write else {}
+        return EvaluationOutcome(job.step, job.final, result, artifacts)
+
+    # -- worker management (training thread) -------------------------------------------------------
+    def _submit(self, job: EvaluationJob) -> None:
+        if self.background:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="disentangle-eval")
+            future = self._executor.submit(self.compute, job)
+        else:
+            try:
+                outcome = self.compute(job)
+            except Exception as exc:
+                raise self._failure(job.step, exc) from exc
+            future = Future()
+            future.set_result(outcome)
+        self._pending.append((job.step, future))
+
+    def _collect(self, loggers, *, wait: bool, history: Path | None) -> None:
+        """Log and record finished evaluations in the order they were taken; with ``wait``, all of them.
+        A failed one raises :class:`EvaluationError` here, on the training thread."""
+        while self._pending:
+            step, future = self._pending[0]
+            if not wait and not future.done():
+                return
+            self._pending.popleft()
+            try:
+                outcome = future.result()
+            except Exception as exc:
+                raise self._failure(step, exc) from exc
+            self._record(outcome, loggers, history=history)
+
+    def _collect_all(self, trainer) -> list[EvaluationError]:
+        """Wait for and record every pending evaluation, going on past failures; returns the failures."""
+        errors = []
+        while self._pending:
+            try:
+                self._collect(trainer.loggers, wait=True, history=self._history_path(trainer))
+            except EvaluationError as exc:
+                errors.append(exc)
+        return errors
+
+    def _failure(self, step: int, exc: Exception) -> EvaluationError:
+        where = " in the background worker" if self.background else ""
+        return EvaluationError(f"evaluation at step {step} failed{where}: {type(exc).__name__}: {exc}")
+
+    def _record(self, outcome: EvaluationOutcome, loggers: Sequence, history: Path | None) -> None:
+        for lg in loggers:
+            lg.log_metrics({f"eval/{k}": v for k, v in outcome.result.items()}, step=outcome.step)
+        images = {k: p for k, p in outcome.artifacts.items() if p.suffix == ".png"}
+        if images:
+            _log_images(loggers, images, outcome.step)
+        entry = {"step": outcome.step, "final": outcome.final, **outcome.result}
+        self.history.append(entry)
+        if history is not None:
+            history.parent.mkdir(parents=True, exist_ok=True)
+            with history.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+        self.last = outcome.result
+        if outcome.artifacts:
+            self.artifacts = outcome.artifacts
+
+    def _shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _history_path(self, trainer) -> Path | None:
+        return self.output_dir / HISTORY_FILE if trainer.is_global_zero else None
+
+    # -- figures and files -------------------------------------------------------------------------
+    @torch.no_grad()
+    def _decode_interventions(self, pl_module, datamodule, z: np.ndarray) -> np.ndarray:
+        """Sweep each latent over its [min, max] on the evaluation set from the first evaluation image (spec
+        qlae.md §9.1); (n_interventions, n_z, C, H, W) in [0, 1]."""
+        images, _ = datamodule.gather(datamodule.eval_indices()[:1].to(pl_module.device))
         base, _ = pl_module.embed(images)
         lo, hi = z.min(0), z.max(0)
         steps = np.linspace(0.0, 1.0, self.n_interventions)
@@ -162,14 +373,58 @@ class DisentanglementEvaluation(pl.Callback):
             values = torch.as_tensor(lo[j] + steps * (hi[j] - lo[j]), dtype=grid.dtype, device=grid.device)
             grid[:, j, j] = values
         decoded = torch.sigmoid(pl_module.decode(grid.reshape(-1, n_z))).float().cpu().numpy()
-        pl_module.train(was_training)
-        decoded = decoded.reshape(self.n_interventions, n_z, *decoded.shape[1:])
-        labels = _latent_labels(np.asarray(info["nmi"]), np.asarray(info["active"]), datamodule.factor_names)
-        return intervention_grid(decoded, labels, self.output_dir / "interventions.png")
+        return decoded.reshape(self.n_interventions, n_z, *decoded.shape[1:])
+
+    @torch.no_grad()
+    def _reconstructions(self, pl_module, datamodule) -> tuple[np.ndarray, np.ndarray] | None:
+        k = min(self.n_reconstructions, self.n_samples or datamodule.eval_size, datamodule.eval_size)
+        if k < 1:
+            return None
+        images, _ = datamodule.gather(datamodule.eval_indices()[:k].to(pl_module.device))
+        _, recon = pl_module.embed(images)
+        return images.float().cpu().numpy(), recon.float().cpu().numpy()
+
+    def _write(self, job: EvaluationJob, result: dict, out: dict) -> dict[str, Path]:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        nmi, active = np.asarray(out["nmi"]), np.asarray(out["active"]).astype(bool)
+        record = dict(result)
+        record.update(
+            step=job.step, method=job.method, data=job.data, n_samples=len(job.latents),
+            discrete_latents=job.discrete_latents, factor_names=list(job.factor_names),
+            nmi=nmi.round(4).tolist(), active=active.tolist(),
+        )
+        if "dci_importance" in out:
+            record["dci_importance"] = np.asarray(out["dci_importance"]).round(4).tolist()
+        path = self.output_dir / "metrics.json"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        os.replace(tmp, path)  # readers never see a half-written file
+        artifacts = {"metrics": path}
+        if self.save_latents:
+            artifacts["latents"] = self.output_dir / "latents.npz"
+            arrays = {"latents": job.latents, "factors": job.factors}
+            if job.psnr is not None:
+                arrays["psnr"] = job.psnr
+            np.savez(artifacts["latents"], **arrays)
+        if self.figures:
+            artifacts["nmi_heatmap"] = nmi_heatmap(nmi, active, job.factor_names,
+                                                   self.output_dir / "nmi_heatmap.png")
+            if "dci_importance" in out:
+                artifacts["dci_importance"] = dci_importance_heatmap(
+                    out["dci_importance"], job.factor_names, self.output_dir / "dci_importance.png")
+            if job.interventions is not None:
+                labels = _latent_labels(nmi, active, job.factor_names)
+                artifacts["interventions"] = intervention_grid(job.interventions, labels,
+                                                               self.output_dir / "interventions.png")
+            if job.reconstructions is not None:
+                artifacts["reconstructions"] = reconstruction_grid(*job.reconstructions,
+                                                                   self.output_dir / "reconstructions.png")
+        return artifacts
 
 
 def _latent_labels(nmi: np.ndarray, active: np.ndarray, factor_names: Sequence[str]) -> list[str]:
-    """'z3: object_hue' for active latents (the factor it shares most information with), 'z3 (off)' else."""
+    """'z3: object_hue' for an active latent (the factor it shares most information with), 'z3 (inactive)'
+    for an inactive one."""
     labels = []
     for j in range(nmi.shape[1]):
         if active[j]:
@@ -179,9 +434,14 @@ def _latent_labels(nmi: np.ndarray, active: np.ndarray, factor_names: Sequence[s
     return labels
 
 
-def _log_images(logger, images: dict[str, Path], step: int) -> None:
+def _as_list(logger) -> list:
+    if logger is None:
+        return []
+    return list(getattr(logger, "loggers", [logger]))
+
+
+def _log_images(loggers: Sequence, images: dict[str, Path], step: int) -> None:
     """Send PNGs to loggers that take images (W&B); file-based loggers already have them on disk."""
-    loggers = getattr(logger, "loggers", [logger]) if logger is not None else []
     for lg in loggers:
         if hasattr(lg, "log_image"):
             for key, path in images.items():

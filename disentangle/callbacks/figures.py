@@ -1,30 +1,53 @@
-"""Figures for a trained representation: NMI heatmap and decoded latent interventions.
+"""Figures for a trained representation: NMI heatmap, DCI importance heatmap, decoded latent interventions and
+a reconstruction grid.
 
-NMI heatmap: sources as rows, latents as columns, inactive latents' labels in red (QLAE paper Fig. 3 /
-App. D; spec qlae.md §9.2). Intervention grid: one encoded image, each latent swept over its range on
-the evaluation set while the others stay fixed, decoded without re-quantizing (spec qlae.md §9.1).
+NMI heatmap: sources as rows, latents as columns, inactive latents' labels in red (QLAE paper Fig. 3 / App. D;
+spec qlae.md §9.2). DCI importance heatmap: the importance matrix R (latents x factors) of nonlinear DCI (spec
+§8.6). Intervention grid: one encoded image, each latent swept over its range on the evaluation set while the
+others stay fixed, decoded without re-quantizing (spec §9.1). Reconstruction grid: evaluation images on the
+top row, their reconstructions (spec §8.7) below.
+
+Every function draws with matplotlib's object API (``Figure`` + the Agg canvas), never ``pyplot``: there is no
+global figure state, so the figures can be rendered in the evaluation callback's worker thread while training
+goes on, and importing this module does not change the user's matplotlib backend.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: figures go to files and loggers
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 
-def nmi_heatmap(nmi: np.ndarray, active: np.ndarray, factor_names: Sequence[str], path: str | Path):
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)  # attaches itself; savefig renders with Agg, no GUI, no pyplot
+    return fig
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return Path(path)
+
+
+def _annotated_heatmap(ax, values: np.ndarray, vmax: float = 1.0) -> None:
+    ax.imshow(values, vmin=0, vmax=vmax, cmap="viridis", aspect="equal")
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                    color="black" if values[i, j] > 0.6 * vmax else "white")
+
+
+def nmi_heatmap(nmi: np.ndarray, active: np.ndarray, factor_names: Sequence[str], path: str | Path) -> Path:
     """Annotated heatmap of NMI (n_sources x n_latents) saved to ``path``; returns the path."""
+    nmi = np.asarray(nmi)
     n_s, n_z = nmi.shape
-    fig, ax = plt.subplots(figsize=(0.55 * n_z + 2.5, 0.5 * n_s + 1.5))
-    ax.imshow(nmi, vmin=0, vmax=1, cmap="viridis", aspect="equal")
-    for i in range(n_s):
-        for j in range(n_z):
-            ax.text(j, i, f"{nmi[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                    color="black" if nmi[i, j] > 0.6 else "white")
+    fig = _figure(0.55 * n_z + 2.5, 0.5 * n_s + 1.5)
+    ax = fig.add_subplot()
+    _annotated_heatmap(ax, nmi)
     ax.set_xticks(range(n_z), [f"z{j}" for j in range(n_z)], fontsize=8)
     ax.set_yticks(range(n_s), list(factor_names), fontsize=8)
     for j, label in enumerate(ax.get_xticklabels()):
@@ -32,17 +55,28 @@ def nmi_heatmap(nmi: np.ndarray, active: np.ndarray, factor_names: Sequence[str]
             label.set_color("red")
     ax.set_xlabel("latent (red: inactive)")
     ax.set_title("normalized mutual information")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
-def intervention_grid(images: np.ndarray, column_labels: Sequence[str], path: str | Path, row_labels=None):
-    """Save a grid of decoded interventions: ``images`` is (n_rows, n_cols, C, H, W) in [0, 1];
-    column j sweeps latent j (labels), rows go down the interpolation."""
+def dci_importance_heatmap(importance: np.ndarray, factor_names: Sequence[str], path: str | Path) -> Path:
+    """Annotated heatmap of the DCI importance matrix R (n_latents x n_factors; each factor's column sums to
+    1, spec qlae.md §8.6), latents as rows and factors as columns, saved to ``path``; returns the path."""
+    importance = np.asarray(importance)
+    n_z, n_s = importance.shape
+    fig = _figure(0.6 * n_s + 2.5, 0.4 * n_z + 1.8)
+    ax = fig.add_subplot()
+    _annotated_heatmap(ax, importance)
+    ax.set_xticks(range(n_s), list(factor_names), rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(n_z), [f"z{j}" for j in range(n_z)], fontsize=8)
+    ax.set_xlabel("factor")
+    ax.set_ylabel("latent")
+    ax.set_title("DCI importance (random forests)")
+    return _save(fig, path)
+
+
+def _tile(images: np.ndarray, pad: int = 2) -> np.ndarray:
+    """(n_rows, n_cols, C, H, W) in [0, 1] -> one RGB canvas with ``pad`` white pixels between tiles."""
     n_rows, n_cols, c, h, w = images.shape
-    pad = 2
     canvas = np.ones((n_rows * (h + pad) - pad, n_cols * (w + pad) - pad, 3), dtype=np.float32)
     for r in range(n_rows):
         for k in range(n_cols):
@@ -50,8 +84,18 @@ def intervention_grid(images: np.ndarray, column_labels: Sequence[str], path: st
             if c == 1:
                 tile = np.repeat(tile, 3, axis=2)
             canvas[r * (h + pad) : r * (h + pad) + h, k * (w + pad) : k * (w + pad) + w] = tile
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * n_cols + 1), max(3.0, 0.8 * n_rows + 1)))
-    ax.imshow(np.clip(canvas, 0, 1), interpolation="nearest")
+    return np.clip(canvas, 0, 1)
+
+
+def intervention_grid(images: np.ndarray, column_labels: Sequence[str], path: str | Path,
+                      row_labels=None) -> Path:
+    """Save a grid of decoded interventions: ``images`` is (n_rows, n_cols, C, H, W) in [0, 1];
+    column j sweeps latent j (labels), rows go down the interpolation."""
+    n_rows, n_cols, _, h, w = images.shape
+    pad = 2
+    fig = _figure(max(4.0, 0.8 * n_cols + 1), max(3.0, 0.8 * n_rows + 1))
+    ax = fig.add_subplot()
+    ax.imshow(_tile(images, pad), interpolation="nearest")
     ax.set_xticks([k * (w + pad) + w / 2 for k in range(n_cols)], list(column_labels), rotation=60,
                   ha="right", fontsize=7)
     if row_labels is not None:
@@ -59,7 +103,22 @@ def intervention_grid(images: np.ndarray, column_labels: Sequence[str], path: st
     else:
         ax.set_yticks([])
     ax.set_title("decoded latent interventions (column: latent swept over its range)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
+
+
+def reconstruction_grid(originals: np.ndarray, reconstructions: np.ndarray, path: str | Path) -> Path:
+    """Save evaluation images (top row) above their reconstructions (bottom row); both (n, C, H, W) in
+    [0, 1]."""
+    originals, reconstructions = np.asarray(originals), np.asarray(reconstructions)
+    if originals.shape != reconstructions.shape or originals.ndim != 4:
+        raise ValueError(f"originals and reconstructions must both be (n, C, H, W); got {originals.shape} "
+                         f"and {reconstructions.shape}")
+    n, _, h, _ = originals.shape
+    pad = 2
+    fig = _figure(max(4.0, 0.8 * n + 1.5), 3.0)
+    ax = fig.add_subplot()
+    ax.imshow(_tile(np.stack([originals, reconstructions]), pad), interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([h / 2, h + pad + h / 2], ["original", "reconstruction"], fontsize=8)
+    ax.set_title("reconstructions")
+    return _save(fig, path)
