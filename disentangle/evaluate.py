@@ -1,4 +1,4 @@
-"""Entry point: ``python -m disentangle.evaluate ckpt=PATH [data=...] [metrics=[infomec,dci]]``.
+"""Entry point: ``python -m disentangle.evaluate ckpt=PATH [data=...] [metrics=[infomec,dci,mig,...]|all]``.
 
 Loads a checkpoint written by ``disentangle.train`` (it stores its composed config), runs the chosen
 metrics on the evaluation subset, writes ``metrics.json`` and the figures next to the checkpoint (or to
@@ -14,8 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import config
 from .errors import ConfigError, DatasetNotFoundError
-
-METRICS = ("infomec", "dci")
+from .metrics.suite import check_metric_names
 
 
 def evaluate_checkpoint(cfg: DictConfig) -> dict:
@@ -27,9 +26,11 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
     path = Path(cfg.ckpt).expanduser()
     if not path.is_file():
         raise ConfigError(f"ckpt={path}: no such checkpoint file")
-    unknown = sorted(set(cfg.metrics) - set(METRICS))
-    if unknown:
-        raise ConfigError(f"metrics: unknown {unknown}; choose from {list(METRICS)}")
+    chosen = cfg.metrics if cfg.metrics is None or isinstance(cfg.metrics, str) else list(cfg.metrics)
+    try:
+        metrics = None if chosen is None else check_metric_names(chosen)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     if "disentangle_config" not in ckpt:
         raise ConfigError(f"ckpt={path}: not a disentangle checkpoint (no stored config)")
@@ -53,8 +54,11 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     out = Path(cfg.output_dir).expanduser() if cfg.output_dir else path.parent
-    evaluator = instantiate(cfg.callbacks.evaluation, output_dir=out)
-    result = evaluator.run(model, datamodule, step=int(ckpt.get("global_step", 0)), metrics=tuple(cfg.metrics))
+    try:
+        evaluator = instantiate(cfg.callbacks.evaluation, output_dir=out)
+    except Exception as exc:
+        raise ConfigError(config.one_line(exc)) from exc
+    result = evaluator.run(model, datamodule, step=int(ckpt.get("global_step", 0)), metrics=metrics)
     title = f"{run.model.name} ({path.name}, step {ckpt.get('global_step', '?')}) on {datamodule.name}"
     print_summary(title, result, evaluator.artifacts)
     return result

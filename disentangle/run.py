@@ -19,6 +19,7 @@ from .callbacks import SUMMARY_KEYS, DisentanglementEvaluation
 from .config import one_line
 from .data import DatasetNotFoundError
 from .errors import ConfigError
+from .metrics.suite import SCALAR_LABELS
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +76,18 @@ def print_summary(title: str, result: dict, artifacts: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    names = {"infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I",
-             "dci_c": "C", "psnr": "PSNR (dB)"}
-    table = Table(title=title)
-    for key in SUMMARY_KEYS:
-        table.add_column(names[key], justify="right")
-    table.add_row(*(f"{result[k]:.2f}" if k in result else "-" for k in SUMMARY_KEYS))
+    # the InfoMEC/DCI/PSNR columns always (a "-" marks one not computed), the other metrics when present
+    keys = [k for k in SUMMARY_KEYS if k in result or k in _DEFAULT_COLUMNS]
+    table = Table(title=title, min_width=len(title))
+    if len(keys) <= len(_DEFAULT_COLUMNS) + 1:  # one row fits a terminal
+        for key in keys:
+            table.add_column(SCALAR_LABELS[key], justify="right")
+        table.add_row(*(_format(k, result[k]) if k in result else "-" for k in keys))
+    else:  # many metrics: one row each, only those computed
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for key in (k for k in keys if k in result):
+            table.add_row(SCALAR_LABELS[key], _format(key, result[key]))
     Console().print(table)
     for label, path in artifacts.items():  # plain print: paths must not be wrapped
         print(f"{label}: {Path(path).resolve()}")
@@ -88,6 +95,13 @@ def print_summary(title: str, result: dict, artifacts: dict) -> None:
         print(f"wall time: {result['wall_seconds']:.1f} s")
     elif "eval_seconds" in result:
         print(f"evaluation time: {result['eval_seconds']:.1f} s")
+
+
+_DEFAULT_COLUMNS = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr")
+
+
+def _format(key: str, value: float) -> str:
+    return f"{value:.2e}" if key == "mse" else f"{value:.2f}"
 
 
 __all__ = ["ConfigError", "DatasetNotFoundError", "Job", "build", "one_line", "print_summary", "train"]

@@ -24,6 +24,7 @@ from disentangle.metrics.accumulate import (
 
 INFOMEC = {"ksg_k": 3, "seed": 0}
 DCI = {"max_depth": 3, "n_estimators": 5, "n_jobs": 1}
+OPTIONS = {"infomec": INFOMEC, "dci": DCI}
 
 
 def _dataset(n=120, n_z=4, seed=0):
@@ -36,10 +37,14 @@ def _dataset(n=120, n_z=4, seed=0):
     return latents, factors, psnr
 
 
+def _mse(psnr):
+    return 10.0 ** (-psnr / 10.0)  # the MSE that gives this PSNR
+
+
 def _update_batches(metric, latents, factors, psnr, positions_batches):
     for pos in positions_batches:
         metric.update(torch.as_tensor(latents[pos]), torch.as_tensor(factors[pos]), torch.as_tensor(pos),
-                      torch.as_tensor(psnr[pos]))
+                      torch.as_tensor(psnr[pos]), torch.as_tensor(_mse(psnr)[pos]))
 
 
 # -- the accumulator in one process --------------------------------------------------------------------------
@@ -53,11 +58,12 @@ def test_accumulator_concatenates_batches_and_sorts_by_position():
     np.testing.assert_array_equal(out["latents"], latents)
     np.testing.assert_array_equal(out["factors"], factors)
     np.testing.assert_array_equal(out["psnr"], psnr)
+    np.testing.assert_array_equal(out["mse"], _mse(psnr))
     assert out["latents"].dtype == np.float32 and out["factors"].dtype == np.int64
     acc.reset()
     acc.update(torch.as_tensor(latents[:3]), torch.as_tensor(factors[:3]), torch.tensor([2, 0, 1]))
     out = acc.compute()
-    assert out["psnr"] is None
+    assert out["psnr"] is None and out["mse"] is None
     np.testing.assert_array_equal(out["latents"], latents[[1, 2, 0]])
 
 
@@ -82,7 +88,7 @@ def test_accumulator_rejects_duplicate_positions_bad_shapes_and_no_data():
 
 def test_disentanglement_metric_equals_the_metric_functions():
     latents, factors, psnr = _dataset()
-    metric = DisentanglementMetric(discrete_latents=False, infomec=INFOMEC, dci=DCI)
+    metric = DisentanglementMetric(discrete_latents=False, options=OPTIONS)
     _update_batches(metric, latents, factors, psnr, [np.arange(60, 120), np.arange(0, 60)])
     out = metric.compute()
     info, d = infomec(factors, latents, discrete_latents=False, **INFOMEC), dci(factors, latents, **DCI)
@@ -91,8 +97,9 @@ def test_disentanglement_metric_equals_the_metric_functions():
     assert (out["dci_d"], out["dci_i"], out["dci_c"]) == (d["d"], d["i"], d["c"])
     np.testing.assert_array_equal(out["nmi"], info["nmi"])
     np.testing.assert_array_equal(out["dci_importance"], d["importance"])
-    assert out["psnr"] == pytest.approx(psnr.mean())
-    assert "dci_d" not in disentanglement_metrics(latents, factors, discrete_latents=False, run_dci=False)
+    assert out["psnr"] == pytest.approx(psnr.mean()) and out["mse"] == pytest.approx(_mse(psnr).mean())
+    only_infomec = disentanglement_metrics(latents, factors, discrete_latents=False, metrics=["infomec"])
+    assert "dci_d" not in only_infomec and "psnr" not in only_infomec
 
 
 @pytest.mark.parametrize("n, batch_size, world", [(256, 48, 2), (256, 256, 2), (10, 3, 3), (5, 8, 4)])
@@ -105,11 +112,12 @@ def test_shards_deal_whole_single_process_batches_round_robin(n, batch_size, wor
 
 
 # -- the accumulator across two real processes ---------------------------------------------------------------
-def _echo_metrics(latents, factors, *, discrete_latents, psnr, infomec_kwargs, dci_kwargs, run_dci):
+def _echo_metrics(latents, factors, *, discrete_latents, metrics, options, psnr, mse):
     """A metric_fn that returns what DisentanglementMetric.compute hands it. (The real estimators are checked
     on the same arrays above; sklearn's process pools in spawned children delay their exit by minutes.)"""
-    return {"latents": latents, "factors": factors, "psnr": psnr, "discrete": discrete_latents,
-            "run_dci": run_dci, "ksg_k": infomec_kwargs["ksg_k"], "max_depth": dci_kwargs["max_depth"]}
+    return {"latents": latents, "factors": factors, "psnr": psnr, "mse": mse, "discrete": discrete_latents,
+            "metrics": np.array(metrics), "ksg_k": options["infomec"]["ksg_k"],
+            "max_depth": options["dci"]["max_depth"]}
 
 
 def _gloo_worker(rank, world, init_file, out_dir, batch_size):
@@ -118,14 +126,14 @@ def _gloo_worker(rank, world, init_file, out_dir, batch_size):
         latents, factors, psnr = _dataset()
         shard = [b.numpy() for b in shard_positions(len(latents), batch_size, rank, world)]
         acc = LatentFactorAccumulator()
-        metric = DisentanglementMetric(discrete_latents=False, infomec=INFOMEC, dci=DCI,
-                                       metric_fn=_echo_metrics)
+        metric = DisentanglementMetric(discrete_latents=False, options=OPTIONS, metric_fn=_echo_metrics)
         for m in (acc, metric):
             if shard:
                 _update_batches(m, latents, factors, psnr, shard)
             else:  # an empty shard still contributes zero rows of the right dtype and width
                 m.update(torch.as_tensor(latents[:0]), torch.as_tensor(factors[:0]),
-                         torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64))
+                         torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64),
+                         torch.zeros(0, dtype=torch.float64))
         gathered = acc.compute()
         result = metric.compute()
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), n_local=sum(len(b) for b in shard), **gathered,
@@ -147,7 +155,9 @@ def test_accumulator_gathers_two_gloo_processes_into_the_single_process_matrix(t
             np.testing.assert_array_equal(got[prefix + "latents"], latents)
             np.testing.assert_array_equal(got[prefix + "factors"], factors)
             np.testing.assert_array_equal(got[prefix + "psnr"], psnr)
-        assert not got["m_discrete"] and got["m_run_dci"] and got["m_ksg_k"] == 3 and got["m_max_depth"] == 3
+            np.testing.assert_array_equal(got[prefix + "mse"], _mse(psnr))
+        assert not got["m_discrete"] and list(got["m_metrics"]) == ["infomec", "dci"]
+        assert got["m_ksg_k"] == 3 and got["m_max_depth"] == 3
 
 
 # -- a real 2-process DDP training run -----------------------------------------------------------------------
@@ -176,7 +186,7 @@ def test_ddp_training_evaluation_equals_single_process_evaluation_of_the_same_we
     evaluator.run(model, datamodule, step=4)
 
     ddp_arrays, single_arrays = np.load(run_dir / "latents.npz"), np.load(tmp_path / "single" / "latents.npz")
-    for key in ("latents", "factors", "psnr"):
+    for key in ("latents", "factors", "psnr", "mse"):
         np.testing.assert_array_equal(ddp_arrays[key], single_arrays[key], err_msg=key)
     ddp_record = json.loads((run_dir / "metrics.json").read_text())
     single_record = json.loads((tmp_path / "single" / "metrics.json").read_text())

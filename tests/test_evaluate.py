@@ -1,5 +1,6 @@
 """`python -m disentangle.evaluate ckpt=PATH`: re-evaluates a training checkpoint through the real CLI."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def test_evaluate_runs_only_the_chosen_metrics_into_a_given_directory(trained, t
     "args, message",
     [
         (["ckpt=/nonexistent/last.ckpt"], "no such checkpoint"),
-        (["metrics=[infomec,mig]"], "choose from"),
+        (["metrics=[infomec,migg]"], "metrics: unknown ['migg']; choose from"),
         (["data=sprites"], "was trained on 3x16px"),
     ],
 )
@@ -62,3 +63,23 @@ def test_evaluate_bad_input_is_one_line(trained, args, message):
     assert res.returncode == 2
     lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and message in lines[0], res.stderr[-1500:]
+
+
+SMALL_SAMPLED = [f"callbacks.evaluation.{m}.{k}={v}" for m in ("factorvae", "betavae")
+                 for k, v in (("n_train", 40), ("n_eval", 20), ("batch_size", 8))]
+
+
+def test_evaluate_all_metrics_prints_and_records_each(trained, tmp_path):
+    res = run_evaluate(f"ckpt={trained / 'checkpoints' / 'last.ckpt'}", "metrics=all", f"output_dir={tmp_path}",
+                       "callbacks.evaluation.factorvae.n_variance=100", *SMALL_SAMPLED, *EVAL)
+    assert res.returncode == 0, res.stderr[-2000:]
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    for key in ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "mig", "sap", "modularity", "explicitness",
+                "mcc", "factorvae", "betavae", "psnr", "mse"):
+        assert 0 <= record[key] <= (100 if key == "psnr" else 1), key
+    # mean per-image PSNR >= PSNR of the mean MSE (Jensen: -log is convex), and close to it
+    assert 0 <= record["psnr"] + 10 * math.log10(record["mse"]) < 3.0
+    for label in ("MIG", "SAP", "Mod", "Expl", "MCC", "FactorVAE", "BetaVAE", "MSE"):
+        assert label in res.stdout, label
+    for name in ("nmi_heatmap.png", "dci_importance.png", "interventions.png", "reconstructions.png"):
+        assert (tmp_path / name).is_file(), name

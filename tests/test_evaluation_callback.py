@@ -88,7 +88,7 @@ def test_background_results_reach_the_csv_logger_history_and_metrics_json(tmp_pa
     _fit(job)
     history = job.evaluation.history
     assert [(h["step"], h["final"]) for h in history] == [(2, False), (4, False), (6, True)]
-    assert "dci_d" not in history[0] and "dci_d" in history[-1]  # DCI only at the end (periodic_dci: false)
+    assert "dci_d" not in history[0] and "dci_d" in history[-1]  # DCI only at the end (periodic_metrics)
     # logged at the step each evaluation was taken, with the worker's numbers
     rows = {int(r["step"]): r for r in _eval_rows(tmp_path)}
     assert sorted(rows) == [2, 4, 6]
@@ -142,9 +142,9 @@ def test_training_keeps_stepping_while_the_metrics_compute(tmp_path):
 
 
 def _failing(at):
-    def metric_fn(latents, factors, *, run_dci, **kwargs):
-        if at == "final" and not run_dci:  # periodic evaluations succeed, the final one (with DCI) fails
-            return disentanglement_metrics(latents, factors, run_dci=run_dci, **kwargs)
+    def metric_fn(latents, factors, *, metrics, **kwargs):
+        if at == "final" and "dci" not in metrics:  # periodic evaluations succeed, the final one (with DCI) fails
+            return disentanglement_metrics(latents, factors, metrics=metrics, **kwargs)
         raise ValueError("estimator exploded")
 
     return metric_fn

@@ -1,5 +1,6 @@
 """Evaluation callback: every N steps and at the end of training, encode the fixed evaluation subset and
-compute InfoMEC, DCI and reconstruction PSNR (spec qlae.md §8); at the end write ``metrics.json`` and figures.
+compute the chosen metrics (InfoMEC and DCI by default, spec qlae.md §8; any of
+:data:`disentangle.metrics.METRICS`) and reconstruction PSNR/MSE; at the end write ``metrics.json`` and figures.
 
 Metric definitions live in :mod:`disentangle.metrics`; this callback only gathers latents, calls them, draws
 figures and logs. The work is split in two:
@@ -7,9 +8,10 @@ figures and logs. The work is split in two:
 * **on the training thread** (it needs the model): encode this process's shard of the evaluation subset,
   gather all ranks' rows with :class:`~disentangle.metrics.accumulate.LatentFactorAccumulator` (sorted by
   evaluation-set position, so 1 and N processes give the same matrix), and, for the final evaluation, decode
-  the intervention sweeps and the reconstructions that the figures show. This is a few forward passes.
-* **in a worker thread** (``background=True``; numpy arrays only, no model): InfoMEC and DCI, which take
-  seconds to minutes on CPU, then ``metrics.json`` and the figures. Training goes on meanwhile. Finished
+  the intervention sweeps and the reconstructions that the figures show. This is a few forward passes. The
+  sampled metrics (FactorVAE, BetaVAE scores), when chosen, also run here: they encode their own batches.
+* **in a worker thread** (``background=True``; numpy arrays only, no model): the array metrics (InfoMEC, DCI,
+  MIG, ...), which take seconds to minutes on CPU, then ``metrics.json`` and the figures. Training goes on meanwhile. Finished
   results are handed back to the training thread at the next batch, which logs them to the Lightning loggers
   at the step they were taken (``logger.log_metrics(..., step=...)``), appends them to
   ``metrics_history.jsonl`` and ``history``. At the end of training, and on an exception, the callback waits
@@ -40,12 +42,15 @@ from tqdm.auto import tqdm
 
 from .. import metrics as M
 from ..metrics.accumulate import LatentFactorAccumulator, disentanglement_metrics
+from ..metrics.suite import SAMPLED_METRICS, SCALAR_KEYS, check_metric_names, sampled_metrics
 from .figures import dci_importance_heatmap, intervention_grid, nmi_heatmap, reconstruction_grid
 
 log = logging.getLogger(__name__)
 
-SUMMARY_KEYS = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr")
+SUMMARY_KEYS = SCALAR_KEYS  # every scalar an evaluation can report, in table order
 HISTORY_FILE = "metrics_history.jsonl"
+# per-metric option groups of the callback's config (keyword arguments of each metric function)
+OPTION_GROUPS = M.METRICS
 
 
 class EvaluationError(RuntimeError):
@@ -59,15 +64,17 @@ class EvaluationJob:
     step: int
     final: bool
     write: bool
-    run_dci: bool
+    metrics: tuple[str, ...]  # the array metrics to compute (the sampled ones are already in ``sampled``)
     latents: np.ndarray  # (n, n_z), rows in evaluation-set order
     factors: np.ndarray  # (n, n_s)
     psnr: np.ndarray | None  # (n,) per-image PSNR in dB
+    mse: np.ndarray | None  # (n,) per-image MSE
     discrete_latents: bool
     method: str
     data: str
     factor_names: tuple[str, ...]
     encode_seconds: float
+    sampled: dict = field(default_factory=dict)  # FactorVAE/BetaVAE results, computed on the training thread
     interventions: np.ndarray | None = None  # (T, n_z, C, H, W) decoded latent sweeps, in [0, 1]
     reconstructions: tuple[np.ndarray, np.ndarray] | None = None  # originals, reconstructions (k, C, H, W)
 
@@ -97,8 +104,11 @@ class DisentanglementEvaluation(pl.Callback):
         every_n_steps: periodic evaluation cadence (0 = only at the end).
         n_samples: evaluation subset size (None = the data module's ``eval_size``).
         batch_size: encoding batch size (per process; under DDP the batches are dealt to the ranks).
-        periodic_dci: also run DCI at periodic evaluations (it is the slow part).
-        infomec / dci: keyword options passed to :func:`disentangle.metrics.infomec` / ``dci``.
+        metrics: metrics of the final evaluation (and of :meth:`run` by default): names from
+            :data:`disentangle.metrics.METRICS`, or ``"all"``.
+        periodic_metrics: metrics of the periodic evaluations (DCI and the sampled scores are the slow ones).
+        infomec, dci, mig, sap, modularity, explicitness, mcc, factorvae, betavae: keyword options of each
+            metric's function in :mod:`disentangle.metrics` (e.g. ``dci={"max_depth": 8}``).
         figures: write the NMI and DCI-importance heatmaps, the intervention grid and the reconstruction
             grid at the end.
         n_interventions: interpolation points per latent in the intervention grid.
@@ -118,9 +128,17 @@ class DisentanglementEvaluation(pl.Callback):
         every_n_steps: int = 5000,
         n_samples: int | None = None,
         batch_size: int = 256,
-        periodic_dci: bool = False,
+        metrics: Sequence[str] | str = ("infomec", "dci"),
+        periodic_metrics: Sequence[str] | str = ("infomec",),
         infomec: dict | None = None,
         dci: dict | None = None,
+        mig: dict | None = None,
+        sap: dict | None = None,
+        modularity: dict | None = None,
+        explicitness: dict | None = None,
+        mcc: dict | None = None,
+        factorvae: dict | None = None,
+        betavae: dict | None = None,
         figures: bool = True,
         n_interventions: int = 10,
         progress: bool = True,
@@ -142,9 +160,11 @@ class DisentanglementEvaluation(pl.Callback):
         self.every_n_steps = int(every_n_steps)
         self.n_samples = None if n_samples is None else int(n_samples)
         self.batch_size = int(batch_size)
-        self.periodic_dci = bool(periodic_dci)
-        self.infomec_kwargs = dict(infomec or {})
-        self.dci_kwargs = dict(dci or {})
+        self.metrics = check_metric_names(metrics, key="callbacks.evaluation.metrics")
+        self.periodic_metrics = check_metric_names(periodic_metrics, key="callbacks.evaluation.periodic_metrics")
+        given = {"infomec": infomec, "dci": dci, "mig": mig, "sap": sap, "modularity": modularity, "explicitness": explicitness,
+                     "mcc": mcc, "factorvae": factorvae, "betavae": betavae}
+        self.options = {name: dict(given[name] or {}) for name in OPTION_GROUPS}
         self.figures = bool(figures)
         self.n_interventions = int(n_interventions)
         self.progress = bool(progress)
@@ -197,7 +217,7 @@ class DisentanglementEvaluation(pl.Callback):
         Returns the final result (rank 0, ``final``), else None."""
         job = self.prepare(
             pl_module, trainer.datamodule, step=trainer.global_step, final=final,
-            write=final and trainer.is_global_zero, run_dci=final or self.periodic_dci,
+            write=final and trainer.is_global_zero, metrics=self.metrics if final else self.periodic_metrics,
             rank=trainer.global_rank, world_size=trainer.world_size,
         )
         if job is None:  # not global rank 0: its rows went to rank 0 in the all-gather
@@ -208,16 +228,16 @@ class DisentanglementEvaluation(pl.Callback):
         return self.last if final else None
 
     def run(self, pl_module, datamodule, *, step: int = 0, logger=None, final: bool = True,
-            write: bool = True, metrics=("infomec", "dci")) -> dict | None:
-        """Evaluate ``pl_module`` on ``datamodule``'s evaluation subset now (on this thread); with ``write``,
-        also write ``metrics.json`` and the figures to ``output_dir``. Used by ``python -m
-        disentangle.evaluate`` (no Trainer). In an initialised process group every rank must call it; rank 0
-        returns the result, the others None."""
+            write: bool = True, metrics: Sequence[str] | str | None = None) -> dict | None:
+        """Evaluate ``pl_module`` on ``datamodule``'s evaluation subset now (on this thread) with ``metrics``
+        (None = the callback's ``metrics``); with ``write``, also write ``metrics.json`` and the figures to
+        ``output_dir``. Used by ``python -m disentangle.evaluate`` (no Trainer). In an initialised process group
+        every rank must call it; rank 0 returns the result, the others None."""
+        chosen = self.metrics if metrics is None else check_metric_names(metrics)
         dist = torch.distributed.is_available() and torch.distributed.is_initialized()
         rank, world = (torch.distributed.get_rank(), torch.distributed.get_world_size()) if dist else (0, 1)
         job = self.prepare(pl_module, datamodule, step=step, final=final, write=write and rank == 0,
-                           run_dci="dci" in metrics and (final or self.periodic_dci), rank=rank,
-                           world_size=world)
+                           metrics=chosen, rank=rank, world_size=world)
         if job is None:
             return None
         try:
@@ -231,7 +251,7 @@ class DisentanglementEvaluation(pl.Callback):
     def encode_subset(self, pl_module, datamodule, rank: int = 0, world_size: int = 1) -> dict:
         """Encode this rank's shard of the evaluation subset and all-gather every rank's rows.
 
-        Returns numpy ``{"latents", "factors", "index", "psnr"}`` over the whole subset in evaluation-set
+        Returns numpy ``{"latents", "factors", "index", "psnr", "mse"}`` over the whole subset in evaluation-set
         order (every rank receives them; the collective needs every rank to call this)."""
         device = pl_module.device
         n = min(self.n_samples or datamodule.eval_size, datamodule.eval_size)
@@ -241,22 +261,25 @@ class DisentanglementEvaluation(pl.Callback):
         for pos in tqdm(shard, desc="evaluate: encode", leave=False, disable=not self.progress or rank != 0):
             images, factors = datamodule.gather(indices[pos].to(device))
             z, recon = pl_module.embed(images)
-            psnr = torch.as_tensor(M.psnr_per_image(recon, images), device=device)
-            acc.update(z.float(), factors, pos.to(device), psnr)
+            mse = M.mse_per_image(recon, images)
+            acc.update(z.float(), factors, pos.to(device), torch.as_tensor(M.psnr_from_mse(mse), device=device),
+                       torch.as_tensor(mse, device=device))
         if not shard:  # more ranks than batches: contribute zero rows of the right dtype and width
             images, factors = datamodule.gather(indices[:1].to(device))
             z, _ = pl_module.embed(images)
-            acc.update(z[:0].float(), factors[:0], torch.zeros(0, dtype=torch.long, device=device),
-                       torch.zeros(0, dtype=torch.float64, device=device))
+            empty = torch.zeros(0, dtype=torch.float64, device=device)
+            acc.update(z[:0].float(), factors[:0], torch.zeros(0, dtype=torch.long, device=device), empty, empty)
         out = acc.compute()
         acc.reset()
         return out
 
     @torch.no_grad()
-    def prepare(self, pl_module, datamodule, *, step: int, final: bool, write: bool, run_dci: bool,
-                rank: int = 0, world_size: int = 1) -> EvaluationJob | None:
-        """The training-thread part: encode and gather (all ranks), then on rank 0 decode what the figures
-        show. Returns the job for :meth:`compute` on rank 0, None on the other ranks."""
+    def prepare(self, pl_module, datamodule, *, step: int, final: bool, write: bool,
+                metrics: Sequence[str] = ("infomec", "dci"), rank: int = 0,
+                world_size: int = 1) -> EvaluationJob | None:
+        """The training-thread part: encode and gather (all ranks), then on rank 0 run the sampled metrics
+        among ``metrics`` (they need the model) and decode what the figures show. Returns the job for
+        :meth:`compute` on rank 0, None on the other ranks."""
         start = time.perf_counter()
         was_training = pl_module.training
         pl_module.eval()
@@ -264,6 +287,11 @@ class DisentanglementEvaluation(pl.Callback):
             data = self.encode_subset(pl_module, datamodule, rank=rank, world_size=world_size)
             if rank != 0:
                 return None
+            sampled = {}
+            if any(m in SAMPLED_METRICS for m in metrics):
+                represent = getattr(pl_module, "represent", None) or (lambda x: pl_module.embed(x)[0])
+                sampled = sampled_metrics(datamodule, represent, metrics=metrics,
+                                          options=self.options, device=pl_module.device, progress=self.progress)
             interventions = reconstructions = None
             if write and self.figures:
                 interventions = self._decode_interventions(pl_module, datamodule, data["latents"])
@@ -271,8 +299,9 @@ class DisentanglementEvaluation(pl.Callback):
         finally:
             pl_module.train(was_training)
         return EvaluationJob(
-            step=int(step), final=final, write=write, run_dci=run_dci,
-            latents=data["latents"], factors=data["factors"], psnr=data["psnr"],
+            step=int(step), final=final, write=write,
+            metrics=tuple(m for m in metrics if m not in SAMPLED_METRICS),
+            latents=data["latents"], factors=data["factors"], psnr=data["psnr"], mse=data["mse"], sampled=sampled,
             discrete_latents=bool(pl_module.discrete_latents),
             method=getattr(pl_module, "method", type(pl_module).__name__), data=datamodule.name,
             factor_names=tuple(datamodule.factor_names), encode_seconds=time.perf_counter() - start,
@@ -283,9 +312,10 @@ class DisentanglementEvaluation(pl.Callback):
         """The worker part (no model, no torch): metrics, then for a writing job metrics.json and figures."""
         start = time.perf_counter()
         out = self.metric_fn(
-            job.latents, job.factors, discrete_latents=job.discrete_latents, psnr=job.psnr,
-            infomec_kwargs=self.infomec_kwargs, dci_kwargs=self.dci_kwargs, run_dci=job.run_dci,
+            job.latents, job.factors, discrete_latents=job.discrete_latents, metrics=job.metrics,
+            options=self.options, psnr=job.psnr, mse=job.mse,
         )
+        out = {**job.sampled, **out}
         result = {k: float(out[k]) for k in SUMMARY_KEYS if k in out}
         result["eval_seconds"] = job.encode_seconds + time.perf_counter() - start
         artifacts = self._write(job, result, out) if job.write else {}
@@ -386,15 +416,15 @@ class DisentanglementEvaluation(pl.Callback):
 
     def _write(self, job: EvaluationJob, result: dict, out: dict) -> dict[str, Path]:
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        nmi, active = np.asarray(out["nmi"]), np.asarray(out["active"]).astype(bool)
         record = dict(result)
         record.update(
             step=job.step, method=job.method, data=job.data, n_samples=len(job.latents),
             discrete_latents=job.discrete_latents, factor_names=list(job.factor_names),
-            nmi=nmi.round(4).tolist(), active=active.tolist(),
+            metrics=[*job.metrics, *(m for m in SAMPLED_METRICS if m in job.sampled)],
         )
-        if "dci_importance" in out:
-            record["dci_importance"] = np.asarray(out["dci_importance"]).round(4).tolist()
+        for key, value in out.items():  # the arrays behind the scalars: NMI, active mask, importances, ...
+            if key not in SUMMARY_KEYS and isinstance(value, np.ndarray):
+                record[key] = value.round(4).tolist() if value.dtype.kind == "f" else value.tolist()
         path = self.output_dir / "metrics.json"
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(record, indent=2))
@@ -403,17 +433,19 @@ class DisentanglementEvaluation(pl.Callback):
         if self.save_latents:
             artifacts["latents"] = self.output_dir / "latents.npz"
             arrays = {"latents": job.latents, "factors": job.factors}
-            if job.psnr is not None:
-                arrays["psnr"] = job.psnr
+            arrays.update({k: v for k, v in (("psnr", job.psnr), ("mse", job.mse)) if v is not None})
             np.savez(artifacts["latents"], **arrays)
         if self.figures:
-            artifacts["nmi_heatmap"] = nmi_heatmap(nmi, active, job.factor_names,
-                                                   self.output_dir / "nmi_heatmap.png")
+            nmi = np.asarray(out["nmi"]) if "nmi" in out else None
+            active = np.asarray(out["active"]).astype(bool) if "active" in out else None
+            if nmi is not None:
+                artifacts["nmi_heatmap"] = nmi_heatmap(nmi, active, job.factor_names,
+                                                       self.output_dir / "nmi_heatmap.png")
             if "dci_importance" in out:
                 artifacts["dci_importance"] = dci_importance_heatmap(
                     out["dci_importance"], job.factor_names, self.output_dir / "dci_importance.png")
             if job.interventions is not None:
-                labels = _latent_labels(nmi, active, job.factor_names)
+                labels = _latent_labels(nmi, active, job.factor_names, job.latents.shape[1])
                 artifacts["interventions"] = intervention_grid(job.interventions, labels,
                                                                self.output_dir / "interventions.png")
             if job.reconstructions is not None:
@@ -422,9 +454,12 @@ class DisentanglementEvaluation(pl.Callback):
         return artifacts
 
 
-def _latent_labels(nmi: np.ndarray, active: np.ndarray, factor_names: Sequence[str]) -> list[str]:
+def _latent_labels(nmi: np.ndarray | None, active: np.ndarray | None, factor_names: Sequence[str],
+                   n_latents: int) -> list[str]:
     """'z3: object_hue' for an active latent (the factor it shares most information with), 'z3 (inactive)'
-    for an inactive one."""
+    for an inactive one; plain 'z3' when InfoMEC was not computed."""
+    if nmi is None:
+        return [f"z{j}" for j in range(n_latents)]
     labels = []
     for j in range(nmi.shape[1]):
         if active[j]:

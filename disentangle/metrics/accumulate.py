@@ -3,8 +3,8 @@
 The disentanglement metrics of spec ``shared/specs/qlae.md`` §8 (InfoMEC §8.2-8.5, nonlinear DCI §8.6) are not
 averages of per-batch values: they need the whole (latents, factors) matrix of the evaluation subset (§7.7) at
 once. :class:`LatentFactorAccumulator` collects that matrix batch by batch in torchmetrics list states that
-are concatenated across ranks (``dist_reduce_fx="cat"``); :class:`DisentanglementMetric` then calls
-:func:`disentangle.metrics.infomec` and :func:`disentangle.metrics.dci` on the gathered arrays.
+are concatenated across ranks (``dist_reduce_fx="cat"``); :class:`DisentanglementMetric` then runs the
+array metrics (:mod:`disentangle.metrics.suite`) on the gathered arrays.
 
 Exactness across process counts: under DDP each rank encodes a disjoint shard of the evaluation subset and the
 all-gather returns the rows in rank order, not in evaluation-set order. Every row therefore carries its
@@ -18,7 +18,7 @@ torchmetrics wrapper.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -26,23 +26,21 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from disentangle.metrics import dci as _dci
-from disentangle.metrics import infomec as _infomec
+from disentangle.metrics.suite import array_metrics, check_metric_names
 
-__all__ = ["SCALAR_KEYS", "DisentanglementMetric", "LatentFactorAccumulator", "disentanglement_metrics"]
+__all__ = ["DisentanglementMetric", "LatentFactorAccumulator", "disentanglement_metrics"]
 
-# the scalar results of :func:`disentanglement_metrics`, in report order
-SCALAR_KEYS = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr")
+_OPTIONAL = ("psnr", "mse")  # per-image reconstruction quality, passed on every update or on none
 
 
 class LatentFactorAccumulator(Metric):
     """Collects latents z (B, n_z) (spec qlae.md §8.1), integer factors s (B, n_s), every row's position in
-    the evaluation subset (§7.7) and, optionally, per-image reconstruction PSNR (§8.7), over batches and DDP
-    ranks.
+    the evaluation subset (§7.7) and, optionally, per-image reconstruction PSNR (§8.7) and MSE, over batches
+    and DDP ranks.
 
-    ``compute()`` returns numpy arrays ``{"latents", "factors", "index", "psnr"}`` sorted by ``index``
-    (``psnr`` is None when no update passed it), identical whatever the number of processes that encoded the
-    shards.
+    ``compute()`` returns numpy arrays ``{"latents", "factors", "index", "psnr", "mse"}`` sorted by ``index``
+    (``psnr``/``mse`` are None when no update passed them), identical whatever the number of processes that
+    encoded the shards.
 
     Distributed use: every rank must call :meth:`update` at least once, with zero rows if its shard is empty,
     so that all ranks gather tensors of the same dtype and trailing shape (torchmetrics substitutes a 1-D
@@ -60,13 +58,14 @@ class LatentFactorAccumulator(Metric):
         self.add_state("latents", default=[], dist_reduce_fx="cat")
         self.add_state("factors", default=[], dist_reduce_fx="cat")
         self.add_state("index", default=[], dist_reduce_fx="cat")
-        self.add_state("psnr", default=[], dist_reduce_fx="cat")
+        for name in _OPTIONAL:
+            self.add_state(name, default=[], dist_reduce_fx="cat")
 
     def update(self, latents: torch.Tensor, factors: torch.Tensor, index: torch.Tensor,
-               psnr: torch.Tensor | None = None) -> None:
+               psnr: torch.Tensor | None = None, mse: torch.Tensor | None = None) -> None:
         """Add one batch: ``latents`` (B, n_z), ``factors`` (B, n_s), ``index`` (B,) positions in the
-        evaluation subset, ``psnr`` (B,) per-image PSNR in dB (optional, but pass it on every update or on
-        none)."""
+        evaluation subset, ``psnr`` (B,) per-image PSNR in dB and ``mse`` (B,) per-image MSE (both optional,
+        but pass each on every update or on none)."""
         latents, factors, index = torch.as_tensor(latents), torch.as_tensor(factors), torch.as_tensor(index)
         if latents.ndim != 2 or factors.ndim != 2 or index.ndim != 1:
             raise ValueError(
@@ -80,11 +79,12 @@ class LatentFactorAccumulator(Metric):
         self.latents.append(latents.detach())
         self.factors.append(factors.detach().long())
         self.index.append(index.detach().long())
-        if psnr is not None:
-            psnr = torch.as_tensor(psnr)
-            if psnr.shape != (n,):
-                raise ValueError(f"psnr must have shape ({n},), got {tuple(psnr.shape)}")
-            self.psnr.append(psnr.detach().double())
+        for name, value in zip(_OPTIONAL, (psnr, mse)):
+            if value is not None:
+                value = torch.as_tensor(value)
+                if value.shape != (n,):
+                    raise ValueError(f"{name} must have shape ({n},), got {tuple(value.shape)}")
+                getattr(self, name).append(value.detach().double())
 
     def gathered(self) -> dict[str, np.ndarray | None]:
         """The (synced, inside ``compute``) states as numpy arrays sorted by evaluation-set position."""
@@ -94,15 +94,18 @@ class LatentFactorAccumulator(Metric):
         index = dim_zero_cat(self.index).cpu()
         latents = dim_zero_cat(self.latents).cpu()
         factors = dim_zero_cat(self.factors).cpu()
-        has_psnr = not (isinstance(self.psnr, list) and not self.psnr)
-        psnr = dim_zero_cat(self.psnr).cpu() if has_psnr else None
-        if psnr is not None and psnr.numel() == 0:
-            psnr = None  # no rank passed PSNR
         if index.numel() == 0:
             raise ValueError("LatentFactorAccumulator: no rows were accumulated")
-        if psnr is not None and psnr.shape[0] != index.shape[0]:
-            raise ValueError(
-                f"psnr was given for {psnr.shape[0]} of {index.shape[0]} rows; pass it on every update")
+        optional = {}
+        for name in _OPTIONAL:
+            state = getattr(self, name)
+            value = None if isinstance(state, list) and not state else dim_zero_cat(state).cpu()
+            if value is not None and value.numel() == 0:
+                value = None  # no rank passed it
+            if value is not None and value.shape[0] != index.shape[0]:
+                raise ValueError(
+                    f"{name} was given for {value.shape[0]} of {index.shape[0]} rows; pass it on every update")
+            optional[name] = value
         order = torch.argsort(index, stable=True)
         index = index[order]
         if index.numel() > 1 and bool((index[1:] == index[:-1]).any()):
@@ -112,7 +115,7 @@ class LatentFactorAccumulator(Metric):
             "latents": latents[order].numpy(),
             "factors": factors[order].numpy(),
             "index": index.numpy(),
-            "psnr": None if psnr is None else psnr[order].numpy(),
+            **{k: None if v is None else v[order].numpy() for k, v in optional.items()},
         }
 
     def compute(self) -> dict[str, np.ndarray | None]:
@@ -124,57 +127,51 @@ def disentanglement_metrics(
     factors: np.ndarray,
     *,
     discrete_latents: bool,
+    metrics: Iterable[str] = ("infomec", "dci"),
+    options: Mapping[str, Mapping[str, Any]] | None = None,
     psnr: np.ndarray | None = None,
-    infomec_kwargs: Mapping[str, Any] | None = None,
-    dci_kwargs: Mapping[str, Any] | None = None,
-    run_dci: bool = True,
+    mse: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """InfoMEC (spec qlae.md §8.2-8.5) and, with ``run_dci``, nonlinear DCI (§8.6) of ``latents`` with respect
-    to ``factors``, plus the mean per-image PSNR (§8.7) when ``psnr`` is given.
+    """The array metrics among ``metrics`` (:func:`disentangle.metrics.suite.array_metrics`: InfoMEC and DCI by
+    default, spec qlae.md §8.2-8.6) of ``latents`` with respect to ``factors``, plus the mean per-image PSNR and
+    MSE (§8.7; factorqvae.md §8.5) when given.
 
     A plain function of numpy arrays (no torch, no model), so it can run in a worker thread or process.
-    Returns floats ``infom, infoe, infoc`` (+ ``dci_d, dci_i, dci_c``, ``psnr``) and arrays ``nmi`` (n_s,
-    n_z), ``active`` (n_z,) (+ ``dci_importance`` (n_z, n_s)).
+    ``options[name]`` are that metric's keyword arguments. Returns the flattened results: floats (``infom``,
+    ``dci_d``, ``mig``, ..., ``psnr``, ``mse``) and arrays (``nmi``, ``active``, ``dci_importance``, ...).
     """
-    info = _infomec(factors, latents, discrete_latents=discrete_latents, **dict(infomec_kwargs or {}))
-    out: dict[str, Any] = {
-        "infom": float(info["infom"]), "infoe": float(info["infoe"]), "infoc": float(info["infoc"]),
-        "nmi": np.asarray(info["nmi"]), "active": np.asarray(info["active"]).astype(bool),
-    }
-    if run_dci:
-        d = _dci(factors, latents, **dict(dci_kwargs or {}))
-        out.update(dci_d=float(d["d"]), dci_i=float(d["i"]), dci_c=float(d["c"]),
-                   dci_importance=np.asarray(d["importance"]))
+    out = array_metrics(latents, factors, discrete_latents=discrete_latents, metrics=metrics, options=options)
     if psnr is not None:
         out["psnr"] = float(np.mean(psnr))
+    if mse is not None:
+        out["mse"] = float(np.mean(mse))
     return out
 
 
 class DisentanglementMetric(LatentFactorAccumulator):
-    """torchmetrics InfoMEC + DCI (spec qlae.md §8): accumulate like :class:`LatentFactorAccumulator`;
-    ``compute()`` gathers every rank's rows, sorts them by evaluation-set position and returns
-    :func:`disentanglement_metrics`.
+    """torchmetrics wrapper of the array metrics (spec qlae.md §8): accumulate like
+    :class:`LatentFactorAccumulator`; ``compute()`` gathers every rank's rows, sorts them by evaluation-set
+    position and returns :func:`disentanglement_metrics` of them.
 
     Args:
         discrete_latents: whether z is discrete (QLAE, VQ-VAE; spec §8.1).
-        infomec, dci: keyword options of :func:`disentangle.metrics.infomec` / ``dci``.
-        run_dci: compute DCI too (the slow part).
+        metrics: names of array metrics (:data:`disentangle.metrics.suite.ARRAY_METRICS`).
+        options: ``{name: keyword options}`` of those metrics.
         metric_fn: replacement for :func:`disentanglement_metrics` (same signature).
     """
 
-    def __init__(self, discrete_latents: bool, infomec: Mapping[str, Any] | None = None,
-                 dci: Mapping[str, Any] | None = None, run_dci: bool = True,
+    def __init__(self, discrete_latents: bool, metrics: Iterable[str] = ("infomec", "dci"),
+                 options: Mapping[str, Mapping[str, Any]] | None = None,
                  metric_fn: Callable[..., dict] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.discrete_latents = bool(discrete_latents)
-        self.infomec_kwargs = dict(infomec or {})
-        self.dci_kwargs = dict(dci or {})
-        self.run_dci = bool(run_dci)
+        self.metrics = check_metric_names(metrics)
+        self.options = {k: dict(v or {}) for k, v in (options or {}).items()}
         self.metric_fn = metric_fn or disentanglement_metrics
 
     def compute(self) -> dict[str, Any]:
         data = self.gathered()
         return self.metric_fn(
-            data["latents"], data["factors"], discrete_latents=self.discrete_latents, psnr=data["psnr"],
-            infomec_kwargs=self.infomec_kwargs, dci_kwargs=self.dci_kwargs, run_dci=self.run_dci,
+            data["latents"], data["factors"], discrete_latents=self.discrete_latents, metrics=self.metrics,
+            options=self.options, psnr=data["psnr"], mse=data["mse"],
         )

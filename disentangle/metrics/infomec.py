@@ -124,12 +124,13 @@ def _standardize(z: np.ndarray) -> np.ndarray:
     return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
 
 
-def _warn_constant_sources(cardinalities: np.ndarray) -> np.ndarray:
-    """Boolean mask of usable sources; warns once per source that has a single value (zero entropy)."""
-    usable = cardinalities > 1
+def warn_skipped(cardinalities: np.ndarray, metric: str = "InfoMEC") -> np.ndarray:
+    """Boolean mask of usable sources; warns once per source that has a single value (zero entropy), which
+    ``metric`` skips (shared by the metrics that normalise by, or need, a source's entropy)."""
+    usable = np.asarray(cardinalities) > 1
     for i in np.flatnonzero(~usable):
         warnings.warn(
-            f"source {i} has a single value (zero entropy); it is skipped by InfoMEC",
+            f"source {i} has a single value (zero entropy); it is skipped by {metric}",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -216,7 +217,7 @@ def nmi_matrix(
     """
     s, z = check_inputs(sources, latents)
     s_codes, s_card = label_encode_columns(s)
-    usable = _warn_constant_sources(s_card)
+    usable = warn_skipped(s_card)
     nmi = np.zeros((s.shape[1], z.shape[1]))
     entropy = np.array([entropy_discrete(s_codes[:, i]) for i in range(s.shape[1])])
     if discrete_latents:
@@ -428,7 +429,7 @@ def infoe(
     _check_option("infoe_features", infoe_features, INFOE_FEATURES)
     s, z = check_inputs(sources, latents)
     s_codes, s_card = label_encode_columns(s)
-    usable = _warn_constant_sources(s_card)
+    usable = warn_skipped(s_card)
     features = _onehot(z) if (discrete_latents and infoe_features == "onehot") else _standardize(z)
 
     def nmi_v(i: int) -> float:

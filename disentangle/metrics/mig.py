@@ -8,7 +8,6 @@ plug-in MI in nats, gap normalised by the factor entropy); the ``"minmax"`` vari
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from disentangle.metrics.infomec import (
     check_inputs,
     entropy_discrete,
     label_encode_columns,
+    warn_skipped,
 )
 
 __all__ = ["DISCRETIZATIONS", "equal_width_bins", "mi_matrix", "mig"]
@@ -85,18 +85,6 @@ def _encode_sources(s: np.ndarray, n_bins: int, method: str) -> tuple[np.ndarray
     if method == "minmax":
         codes, card = label_encode_columns(equal_width_bins(codes, n_bins=n_bins, method="minmax"))
     return codes, card
-
-
-def warn_skipped(card: np.ndarray, metric: str) -> np.ndarray:
-    """Usable-source mask; a single-valued source has zero entropy and is skipped with a warning."""
-    usable = card > 1
-    for i in np.flatnonzero(~usable):
-        warnings.warn(
-            f"source {i} has a single value (zero entropy); it is skipped by {metric}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return usable
 
 
 def mig(sources: Any, latents: Any, *, n_bins: int = 20, discretize: str = "histogram") -> dict[str, Any]:

@@ -19,8 +19,8 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 from threadpoolctl import threadpool_limits
 
-from disentangle.metrics.infomec import label_encode_columns
-from disentangle.metrics.mig import checked_inputs, equal_width_bins, mi_matrix, warn_skipped
+from disentangle.metrics.infomec import label_encode_columns, warn_skipped
+from disentangle.metrics.mig import checked_inputs, equal_width_bins, mi_matrix
 
 __all__ = ["explicitness", "modularity", "modularity_from_mi", "split_train_test"]
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
+from tqdm.auto import tqdm
 
 from disentangle.metrics.infomec import as_numpy
 
@@ -47,8 +48,10 @@ Encoder = Callable[[Any], Any]
 class _Sampler:
     """Draws factor vectors, turns them into images via the data module, and encodes them in large batches."""
 
-    def __init__(self, datamodule: Any, encode: Encoder, device: Any, encode_batch_size: int, seed: int):
+    def __init__(self, datamodule: Any, encode: Encoder, device: Any, encode_batch_size: int, seed: int,
+                 progress: str | None = None):
         self.datamodule, self.encode, self.device = datamodule, encode, device
+        self.progress = progress  # progress-bar label, None = no bar
         self.sizes = np.array([int(s) for s in datamodule.factor_sizes], dtype=np.int64)
         if self.sizes.size == 0 or (self.sizes < 1).any():
             raise ValueError(f"data module has invalid factor_sizes {list(self.sizes)}")
@@ -106,14 +109,17 @@ class _Sampler:
         self.n_latents = latents.shape[1]
         return latents
 
-    def encode_points(self, factors: np.ndarray) -> Any:
+    def encode_points(self, factors: np.ndarray, stage: str = "") -> Any:
         """Yield (factors chunk (p, m, F), latents (p, m, L)) over chunks of whole points (m images per point)."""
         per_point = factors.shape[1]
         step = max(1, self.encode_batch_size // per_point)
-        for start in range(0, len(factors), step):
-            chunk = factors[start : start + step]
-            latents = self._encode_flat(chunk.reshape(-1, chunk.shape[-1]))
-            yield chunk, latents.reshape(len(chunk), per_point, -1)
+        desc = f"{self.progress}: {stage}" if stage else self.progress
+        with tqdm(total=len(factors), desc=desc, unit="pt", leave=False, disable=self.progress is None) as bar:
+            for start in range(0, len(factors), step):
+                chunk = factors[start : start + step]
+                latents = self._encode_flat(chunk.reshape(-1, chunk.shape[-1]))
+                bar.update(len(chunk))
+                yield chunk, latents.reshape(len(chunk), per_point, -1)
 
     def usable_factors(self) -> np.ndarray:
         """Indices of factors with more than one value (only those can be the fixed/labelled factor)."""
@@ -147,6 +153,7 @@ def _factorvae_votes(
     usable: np.ndarray,
     global_var: np.ndarray,
     active: np.ndarray,
+    stage: str,
 ) -> np.ndarray:
     """Vote counts (n_factors, n_latents): per point the fixed factor k votes for its least-varying latent."""
     ks = sampler.rng.choice(usable, size=n_points)
@@ -157,7 +164,7 @@ def _factorvae_votes(
     active_idx = np.flatnonzero(active)
     votes = np.zeros((sampler.sizes.size, global_var.size), dtype=np.int64)
     done = 0
-    for chunk, latents in sampler.encode_points(factors):
+    for chunk, latents in sampler.encode_points(factors, stage):
         local_var = latents[:, :, active_idx].var(axis=1, ddof=1)
         # disentanglement_lib records the argmin's position within the active subset as the latent index;
         # mapping it back to the latent itself only relabels columns one-to-one, so the score is identical.
@@ -178,6 +185,7 @@ def factorvae_score(
     seed: int = 0,
     device: Any = "cpu",
     encode_batch_size: int = 1024,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """FactorVAE disentanglement score (Kim & Mnih 2018 §4; disentanglement_lib settings, categorical_vae.md §12).
 
@@ -196,19 +204,19 @@ def factorvae_score(
     "global_variance": (n_latents,)}``. Reported ×100 in the papers.
     """
     _check_counts(n_train=(n_train, 1), n_eval=(n_eval, 1), batch_size=(batch_size, 2), n_variance=(n_variance, 2))
-    sampler = _Sampler(datamodule, encode, device, encode_batch_size, seed)
+    sampler = _Sampler(datamodule, encode, device, encode_batch_size, seed, "factorvae" if progress else None)
     usable = sampler.usable_factors()
 
     reference = sampler.factors((int(n_variance), 1))
-    latents = np.concatenate([z[:, 0] for _, z in sampler.encode_points(reference)])
+    latents = np.concatenate([z[:, 0] for _, z in sampler.encode_points(reference, "variances")])
     global_var = latents.var(axis=0, ddof=1)
     active = np.sqrt(global_var) >= FACTORVAE_ACTIVE_STD
     result = {"n_active": int(active.sum()), "active": active, "global_variance": global_var}
     if not active.any():
         return {"factorvae": 0.0, "train_accuracy": 0.0, **result}
 
-    train_votes = _factorvae_votes(sampler, int(n_train), int(batch_size), usable, global_var, active)
-    eval_votes = _factorvae_votes(sampler, int(n_eval), int(batch_size), usable, global_var, active)
+    train_votes = _factorvae_votes(sampler, int(n_train), int(batch_size), usable, global_var, active, "train")
+    eval_votes = _factorvae_votes(sampler, int(n_eval), int(batch_size), usable, global_var, active, "eval")
     classifier = train_votes.argmax(axis=0)  # the factor each latent votes for most often
     columns = np.arange(train_votes.shape[1])
     train_acc = train_votes[classifier, columns].sum() / train_votes.sum()
@@ -220,7 +228,7 @@ def factorvae_score(
 # BetaVAE score
 # ----------------------------------------------------------------------------------------------------------------
 def _betavae_points(
-    sampler: _Sampler, n_points: int, batch_size: int, usable: np.ndarray
+    sampler: _Sampler, n_points: int, batch_size: int, usable: np.ndarray, stage: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Features (n_points, n_latents) = mean |r(x1) − r(x2)| over pairs sharing factor k, and labels k."""
     ks = sampler.rng.choice(usable, size=n_points)
@@ -230,7 +238,7 @@ def _betavae_points(
     second[points, :, ks] = first[points, :, ks]  # row-wise copy: pair i shares factor k
     pairs = np.concatenate([first, second], axis=1)  # (n, 2B, F): one point's images go in the same call
     features = []
-    for _, latents in sampler.encode_points(pairs):
+    for _, latents in sampler.encode_points(pairs, stage):
         features.append(np.abs(latents[:, :batch_size] - latents[:, batch_size:]).mean(axis=1))
     return np.concatenate(features), ks
 
@@ -245,6 +253,7 @@ def betavae_score(
     seed: int = 0,
     device: Any = "cpu",
     encode_batch_size: int = 1024,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """BetaVAE disentanglement score (Higgins et al. 2017 §3; disentanglement_lib settings, categorical_vae.md §12).
 
@@ -259,10 +268,10 @@ def betavae_score(
     ``{"betavae": float, "train_accuracy": float}``. Reported ×100 in the papers.
     """
     _check_counts(n_train=(n_train, 1), n_eval=(n_eval, 1), batch_size=(batch_size, 1))
-    sampler = _Sampler(datamodule, encode, device, encode_batch_size, seed)
+    sampler = _Sampler(datamodule, encode, device, encode_batch_size, seed, "betavae" if progress else None)
     usable = sampler.usable_factors()
-    x_train, y_train = _betavae_points(sampler, int(n_train), int(batch_size), usable)
-    x_eval, y_eval = _betavae_points(sampler, int(n_eval), int(batch_size), usable)
+    x_train, y_train = _betavae_points(sampler, int(n_train), int(batch_size), usable, "train")
+    x_eval, y_eval = _betavae_points(sampler, int(n_eval), int(batch_size), usable, "eval")
     if np.unique(y_train).size < 2:
         raise ValueError(f"n_train={n_train} train points cover a single factor; use more points")
     model = LogisticRegression(solver=BETAVAE_SOLVER, random_state=seed)

@@ -13,7 +13,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
-from disentangle.metrics.mig import warn_skipped
+from disentangle.metrics.infomec import warn_skipped
 from disentangle.metrics.modularity import split_train_test
 
 __all__ = ["sap"]

@@ -99,6 +99,11 @@ class Autoencoder(pl.LightningModule):
         out = self.encode(x)
         return self.latent.representation(out), torch.sigmoid(self.decode(out.z))
 
+    @torch.no_grad()
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        """The evaluation representation alone (no decoder pass): what the sampled metrics encode."""
+        return self.latent.representation(self.encode(x))
+
     # -- hooks a method may override ---------------------------------------------------------------
     def reconstruction_loss(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return bce_reconstruction(logits, x)
