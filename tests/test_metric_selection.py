@@ -108,3 +108,14 @@ def test_callback_rejects_an_unknown_metric_before_training(tmp_path):
     cfg = compose_config(FAST + ["callbacks.evaluation.periodic_metrics=[infomec,bogus]"], output_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"callbacks.evaluation.periodic_metrics: unknown \['bogus'\]"):
         build(cfg)
+
+
+def test_infomec_device_auto_follows_the_models_gpu_and_stays_on_cpu_otherwise():
+    from disentangle.callbacks.evaluation import resolve_devices
+
+    options = {"infomec": {"device": "auto", "ksg_k": 3}, "dci": {"max_depth": 4}}
+    assert resolve_devices(options, "cuda:1")["infomec"] == {"device": "cuda:1", "ksg_k": 3}
+    assert resolve_devices(options, "cpu")["infomec"] == {"device": None, "ksg_k": 3}
+    assert resolve_devices(options, "cpu")["dci"] is options["dci"]
+    fixed = {"infomec": {"device": None}}
+    assert resolve_devices(fixed, "cuda:0") is fixed

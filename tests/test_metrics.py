@@ -375,6 +375,10 @@ def test_torch_device_path_matches_sklearn(sources: np.ndarray, entangled: np.nd
     torch_path = infomec(sources, entangled, discrete_latents=True, device="cpu")
     np.testing.assert_allclose(torch_path["nmi"], cpu["nmi"], atol=1e-12)
     assert torch_path["infoe"] == pytest.approx(cpu["infoe"], abs=0.005)
+    # "auto" picks the GPU when torch sees one and the numpy path otherwise
+    auto = infomec(sources, entangled, discrete_latents=True, device="auto")
+    expected = torch_path if torch.cuda.is_available() else cpu
+    assert auto["infoe"] == pytest.approx(expected["infoe"], abs=1e-3)
 
 
 # ------------------------------------------------------------------------------------------------ invariances

@@ -74,6 +74,7 @@ class EvaluationJob:
     data: str
     factor_names: tuple[str, ...]
     encode_seconds: float
+    model_device: str = "cpu"  # where the model ran: infomec.device=auto computes there when it is a GPU
     sampled: dict = field(default_factory=dict)  # FactorVAE/BetaVAE results, computed on the training thread
     interventions: np.ndarray | None = None  # (T, n_z, C, H, W) decoded latent sweeps, in [0, 1]
     reconstructions: tuple[np.ndarray, np.ndarray] | None = None  # originals, reconstructions (k, C, H, W)
@@ -305,6 +306,7 @@ class DisentanglementEvaluation(pl.Callback):
             discrete_latents=bool(pl_module.discrete_latents),
             method=getattr(pl_module, "method", type(pl_module).__name__), data=datamodule.name,
             factor_names=tuple(datamodule.factor_names), encode_seconds=time.perf_counter() - start,
+            model_device=str(pl_module.device),
             interventions=interventions, reconstructions=reconstructions,
         )
 
@@ -313,7 +315,7 @@ class DisentanglementEvaluation(pl.Callback):
         start = time.perf_counter()
         out = self.metric_fn(
             job.latents, job.factors, discrete_latents=job.discrete_latents, metrics=job.metrics,
-            options=self.options, psnr=job.psnr, mse=job.mse,
+            options=resolve_devices(self.options, job.model_device), psnr=job.psnr, mse=job.mse,
         )
         out = {**job.sampled, **out}
         result = {k: float(out[k]) for k in SUMMARY_KEYS if k in out}
@@ -452,6 +454,16 @@ class DisentanglementEvaluation(pl.Callback):
                 artifacts["reconstructions"] = reconstruction_grid(*job.reconstructions,
                                                                    self.output_dir / "reconstructions.png")
         return artifacts
+
+
+def resolve_devices(options: dict, model_device: str) -> dict:
+    """``infomec.device: auto`` becomes the model's device when that is a GPU and None (numpy/sklearn on the CPU)
+    otherwise; the discrete MI tables and InfoE's regressions then run where the model does."""
+    infomec = options.get("infomec") or {}
+    if infomec.get("device") != "auto":
+        return options
+    device = model_device if not str(model_device).startswith("cpu") else None
+    return {**options, "infomec": {**infomec, "device": device}}
 
 
 def _latent_labels(nmi: np.ndarray | None, active: np.ndarray | None, factor_names: Sequence[str],

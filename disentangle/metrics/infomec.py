@@ -110,6 +110,17 @@ def bin_columns(x: np.ndarray, n_bins: int) -> np.ndarray:
     return np.minimum(((x - lo) / width).astype(np.int64), n_bins - 1)
 
 
+def _auto_device(device: Any) -> Any:
+    """``"auto"`` → ``"cuda"`` if torch is installed and sees a GPU, else None (numpy); anything else unchanged."""
+    if device != "auto":
+        return device
+    try:
+        import torch
+    except ImportError:
+        return None
+    return "cuda" if torch.cuda.is_available() else None
+
+
 def _check_option(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(
@@ -494,7 +505,8 @@ def infomec(
         continuous_sources: InfoE from least-squares R² (spec qlae.md §8.5); for the NMI matrix, which the papers
             define for discrete sources only, each source is cut into ``source_bins`` equal-width bins [our choice].
         device: a torch device (e.g. ``"cuda"``) for the discrete MI tables and the InfoE regressions; None = CPU
-            with numpy/sklearn. The KSG estimator always runs on the CPU.
+            with numpy/sklearn; ``"auto"`` = ``"cuda"`` when torch sees a GPU, else None. The KSG estimator
+            always runs on the CPU.
 
     Returns:
         ``{"infom", "infoe", "infoc"}`` floats in [0, 1], ``"nmi"`` (n_sources, n_latents) and ``"active"``
@@ -504,6 +516,7 @@ def infomec(
     """
     _check_option("active_rule", active_rule, ACTIVE_RULES)
     _check_option("infoe_features", infoe_features, INFOE_FEATURES)
+    device = _auto_device(device)
     s, z = check_inputs(sources, latents)
     usable = label_encode_columns(s)[1] > 1
     binned = bin_columns(s, source_bins) if continuous_sources else s
