@@ -66,11 +66,16 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from .callbacks import EvaluationError
+
     try:
         evaluate_checkpoint(cfg)
     except (ConfigError, DatasetNotFoundError) as exc:
         print(f"error: {config.one_line(exc)}", file=sys.stderr)
         sys.exit(2)
+    except EvaluationError as exc:  # a metric failed on this model or data (e.g. too few samples)
+        print(f"error: {config.one_line(exc)}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

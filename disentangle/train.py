@@ -16,6 +16,7 @@ from .errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from .callbacks import EvaluationError
     from .run import train
 
     try:
@@ -23,6 +24,9 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, DatasetNotFoundError, NonFiniteLossError) as exc:
         print(f"error: {config.one_line(exc)}", file=sys.stderr)
         sys.exit(3 if isinstance(exc, NonFiniteLossError) else 2)
+    except EvaluationError as exc:  # a metric failed; checkpoints are kept: `python -m disentangle.evaluate`
+        print(f"error: {config.one_line(exc)}", file=sys.stderr)
+        sys.exit(1)
 
 
 def cli() -> None:

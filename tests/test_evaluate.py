@@ -83,3 +83,12 @@ def test_evaluate_all_metrics_prints_and_records_each(trained, tmp_path):
         assert label in res.stdout, label
     for name in ("nmi_heatmap.png", "dci_importance.png", "interventions.png", "reconstructions.png"):
         assert (tmp_path / name).is_file(), name
+
+
+def test_evaluate_a_failing_metric_is_one_line_naming_the_metric_error(trained, tmp_path):
+    res = run_evaluate(f"ckpt={trained / 'checkpoints' / 'last.ckpt'}", "metrics=[factorvae]",
+                       f"output_dir={tmp_path}", "callbacks.evaluation.factorvae.batch_size=1", *EVAL)
+    assert res.returncode == 1
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert lines == ["error: evaluation at step 4 failed: ValueError: batch_size must be >= 2, got 1"], res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "metrics.json").exists()

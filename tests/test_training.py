@@ -168,6 +168,17 @@ def test_nan_on_the_command_line_exits_with_one_line(tmp_path):
     assert len(lines) == 1 and "term 'reconstruction'" in lines[0] and "step 1" in lines[0]
 
 
+def test_a_failing_final_metric_on_the_command_line_is_one_line_and_keeps_the_checkpoint(tmp_path):
+    res = run_cli(*FAST, "model=ae", "callbacks.evaluation.metrics=[infomec,betavae]",
+                  "callbacks.evaluation.betavae.n_train=1", f"hydra.run.dir={tmp_path}")
+    assert res.returncode == 1
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert lines == [("error: evaluation at step 4 failed: ValueError: n_train=1 train points cover a single "
+                     "factor; use more points")], res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()  # the trained weights are not lost
+
+
 def test_wandb_logger_runs_offline_with_the_real_library(tmp_path):
     env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
     old = {k: os.environ.get(k) for k in env}

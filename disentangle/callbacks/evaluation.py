@@ -291,8 +291,12 @@ class DisentanglementEvaluation(pl.Callback):
             sampled = {}
             if any(m in SAMPLED_METRICS for m in metrics):
                 represent = getattr(pl_module, "represent", None) or (lambda x: pl_module.embed(x)[0])
-                sampled = sampled_metrics(datamodule, represent, metrics=metrics,
-                                          options=self.options, device=pl_module.device, progress=self.progress)
+                try:
+                    sampled = sampled_metrics(datamodule, represent, metrics=metrics, options=self.options,
+                                              device=pl_module.device, progress=self.progress)
+                except Exception as exc:
+                    raise EvaluationError(
+                        f"evaluation at step {step} failed: {type(exc).__name__}: {exc}") from exc
             interventions = reconstructions = None
             if write and self.figures:
                 interventions = self._decode_interventions(pl_module, datamodule, data["latents"])

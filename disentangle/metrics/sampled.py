@@ -271,9 +271,9 @@ def betavae_score(
     sampler = _Sampler(datamodule, encode, device, encode_batch_size, seed, "betavae" if progress else None)
     usable = sampler.usable_factors()
     x_train, y_train = _betavae_points(sampler, int(n_train), int(batch_size), usable, "train")
-    x_eval, y_eval = _betavae_points(sampler, int(n_eval), int(batch_size), usable, "eval")
-    if np.unique(y_train).size < 2:
+    if np.unique(y_train).size < 2:  # before the eval points are drawn and encoded
         raise ValueError(f"n_train={n_train} train points cover a single factor; use more points")
+    x_eval, y_eval = _betavae_points(sampler, int(n_eval), int(batch_size), usable, "eval")
     model = LogisticRegression(solver=BETAVAE_SOLVER, random_state=seed)
     # Thin matrices: multi-threaded BLAS only adds overhead (see infomec._fit_log_loss).
     with threadpool_limits(limits=1, user_api="blas"):
