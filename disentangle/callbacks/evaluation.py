@@ -163,8 +163,8 @@ class DisentanglementEvaluation(pl.Callback):
         self.batch_size = int(batch_size)
         self.metrics = check_metric_names(metrics, key="callbacks.evaluation.metrics")
         self.periodic_metrics = check_metric_names(periodic_metrics, key="callbacks.evaluation.periodic_metrics")
-        given = {"infomec": infomec, "dci": dci, "mig": mig, "sap": sap, "modularity": modularity, "explicitness": explicitness,
-                     "mcc": mcc, "factorvae": factorvae, "betavae": betavae}
+        given = {"infomec": infomec, "dci": dci, "mig": mig, "sap": sap, "modularity": modularity,
+                 "explicitness": explicitness, "mcc": mcc, "factorvae": factorvae, "betavae": betavae}
         self.options = {name: dict(given[name] or {}) for name in OPTION_GROUPS}
         self.figures = bool(figures)
         self.n_interventions = int(n_interventions)
@@ -244,7 +244,7 @@ class DisentanglementEvaluation(pl.Callback):
         try:
             outcome = self.compute(job)
         except Exception as exc:
-            raise EvaluationError(f"evaluation at step {step} failed: {type(exc).__name__}: {exc}") from exc
+            raise _failure(step, exc) from exc
         self._record(outcome, _as_list(logger), history=None)
         return outcome.result
 
@@ -295,8 +295,7 @@ class DisentanglementEvaluation(pl.Callback):
                     sampled = sampled_metrics(datamodule, represent, metrics=metrics, options=self.options,
                                               device=pl_module.device, progress=self.progress)
                 except Exception as exc:
-                    raise EvaluationError(
-                        f"evaluation at step {step} failed: {type(exc).__name__}: {exc}") from exc
+                    raise _failure(step, exc) from exc
             interventions = reconstructions = None
             if write and self.figures:
                 interventions = self._decode_interventions(pl_module, datamodule, data["latents"])
@@ -337,7 +336,7 @@ class DisentanglementEvaluation(pl.Callback):
             try:
                 outcome = self.compute(job)
             except Exception as exc:
-                raise self._failure(job.step, exc) from exc
+                raise _failure(job.step, exc) from exc
             future = Future()
             future.set_result(outcome)
         self._pending.append((job.step, future))
@@ -353,7 +352,7 @@ class DisentanglementEvaluation(pl.Callback):
             try:
                 outcome = future.result()
             except Exception as exc:
-                raise self._failure(step, exc) from exc
+                raise _failure(step, exc, where=" in the background worker" if self.background else "") from exc
             self._record(outcome, loggers, history=history)
 
     def _collect_all(self, trainer) -> list[EvaluationError]:
@@ -365,10 +364,6 @@ class DisentanglementEvaluation(pl.Callback):
             except EvaluationError as exc:
                 errors.append(exc)
         return errors
-
-    def _failure(self, step: int, exc: Exception) -> EvaluationError:
-        where = " in the background worker" if self.background else ""
-        return EvaluationError(f"evaluation at step {step} failed{where}: {type(exc).__name__}: {exc}")
 
     def _record(self, outcome: EvaluationOutcome, loggers: Sequence, history: Path | None) -> None:
         for lg in loggers:
@@ -483,6 +478,10 @@ def _latent_labels(nmi: np.ndarray | None, active: np.ndarray | None, factor_nam
         else:
             labels.append(f"z{j} (inactive)")
     return labels
+
+
+def _failure(step: int, exc: Exception, where: str = "") -> EvaluationError:
+    return EvaluationError(f"evaluation at step {step} failed{where}: {type(exc).__name__}: {exc}")
 
 
 def _as_list(logger) -> list:

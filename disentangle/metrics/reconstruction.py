@@ -37,14 +37,21 @@ def psnr(reconstruction: Any, target: Any) -> float:
 
 def mse_per_image(reconstruction: Any, target: Any) -> np.ndarray:
     """Per-image MSE over all non-batch axes, in float64 (spec factorqvae.md §8.5; qlae.md §8.7, the MSE inside
-    PSNR). Shape (N, ...), numpy arrays or torch tensors."""
-    x = as_numpy(reconstruction).astype(np.float64)
-    y = as_numpy(target).astype(np.float64)
-    if x.shape != y.shape:
-        raise ValueError(f"reconstruction and target shapes differ: {x.shape} vs {y.shape}")
-    if x.ndim < 2 or x.shape[0] == 0:
-        raise ValueError(f"expected a non-empty batch of images (N, ...), got shape {x.shape}")
-    return ((x - y) ** 2).reshape(x.shape[0], -1).mean(axis=1)
+    PSNR). Shape (N, ...), numpy arrays or torch tensors; two tensors on one device are reduced there, so only
+    the N values leave a GPU (duck-typed, the metrics package does not import torch)."""
+    x, y = reconstruction, target
+    on_device = hasattr(x, "detach") and hasattr(y, "detach") and x.device == y.device
+    if not on_device:
+        x, y = as_numpy(x), as_numpy(y)
+    shape = tuple(x.shape)
+    if shape != tuple(y.shape):
+        raise ValueError(f"reconstruction and target shapes differ: {shape} vs {tuple(y.shape)}")
+    if len(shape) < 2 or shape[0] == 0:
+        raise ValueError(f"expected a non-empty batch of images (N, ...), got shape {shape}")
+    if on_device:
+        return as_numpy((x.detach().double() - y.detach().double()).square().reshape(shape[0], -1).mean(1))
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    return ((x - y) ** 2).reshape(shape[0], -1).mean(axis=1)
 
 
 def mse(reconstruction: Any, target: Any) -> float:
