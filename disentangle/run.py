@@ -37,7 +37,8 @@ def build(cfg: DictConfig) -> Job:
     """Instantiate data, model, callbacks, logger and trainer; every bad value fails here, in one line."""
     try:
         datamodule = instantiate(cfg.data)
-        model = instantiate(cfg.model, in_channels=datamodule.num_channels, resolution=datamodule.resolution)
+        model = instantiate(cfg.model, in_channels=datamodule.num_channels, resolution=datamodule.resolution,
+                            dataset_size=datamodule.num_samples)
         callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
         logger = instantiate(cfg.logger) if cfg.get("logger") else False
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)

@@ -110,12 +110,16 @@ def test_callback_rejects_an_unknown_metric_before_training(tmp_path):
         build(cfg)
 
 
-def test_infomec_device_auto_follows_the_models_gpu_and_stays_on_cpu_otherwise():
-    from disentangle.callbacks.evaluation import resolve_devices
+def test_infomec_auto_options_follow_the_model():
+    from disentangle.callbacks.evaluation import resolve_options
 
     options = {"infomec": {"device": "auto", "ksg_k": 3}, "dci": {"max_depth": 4}}
-    assert resolve_devices(options, "cuda:1")["infomec"] == {"device": "cuda:1", "ksg_k": 3}
-    assert resolve_devices(options, "cpu")["infomec"] == {"device": None, "ksg_k": 3}
-    assert resolve_devices(options, "cpu")["dci"] is options["dci"]
-    fixed = {"infomec": {"device": None}}
-    assert resolve_devices(fixed, "cuda:0") is fixed
+    assert resolve_options(options, "cuda:1")["infomec"] == {"device": "cuda:1", "ksg_k": 3}
+    assert resolve_options(options, "cpu")["infomec"] == {"device": None, "ksg_k": 3}
+    assert resolve_options(options, "cpu")["dci"] is options["dci"]
+    fixed = {"infomec": {"device": None, "infoe_features": "standardize"}}
+    assert resolve_options(fixed, "cuda:0", "onehot") == fixed
+    # infoe_features=auto: the latent module's choice (one-hot for VQ code indices)
+    auto = {"infomec": {"infoe_features": "auto"}}
+    assert resolve_options(auto, "cpu", "onehot")["infomec"]["infoe_features"] == "onehot"
+    assert resolve_options(auto, "cpu")["infomec"]["infoe_features"] == "standardize"

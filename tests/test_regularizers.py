@@ -1,4 +1,6 @@
 """KLM and NHP against known answers and invariances; weight decay parameter groups."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -123,11 +125,12 @@ def test_nhp_regularizer_rejects_unknown_layers_and_bad_values():
         activation_names = ("a", "b")
         hessian_layers = ("a",)
 
+    model = SimpleNamespace(decoder=Dec(1.0))  # bind() reads what it needs from the model
     reg = NormalizedHessianPenalty(1.0)
-    reg.bind(Dec(1.0))
+    reg.bind(model)
     assert reg.layers == ("a",) and reg.needs_activations == ("a",)
     with pytest.raises(ValueError, match="not decoder activations"):
-        NormalizedHessianPenalty(1.0, layers=["nope"]).bind(Dec(1.0))
+        NormalizedHessianPenalty(1.0, layers=["nope"]).bind(model)
     with pytest.raises(ValueError, match="aggregate must be one of"):
         NormalizedHessianPenalty(1.0, aggregate="max")
     with pytest.raises(ValueError, match="non-negative"):
@@ -147,3 +150,56 @@ def test_weight_decay_groups_exempt_biases_norm_shifts_and_codebooks():
     assert ids(undecayed["params"]) == ids([net[0].bias, net[1].bias, net[2].bias, codebook.values])
     with pytest.raises(ValueError, match="weight_decay must be >= 0"):
         decay_groups({"net": net}, -0.1)
+
+
+# -- naive Tripod's options of the same modules (tripod spec §9 item 3) -----------------------------------------
+def vanilla_hp(decoder, z, aggregate="per_layer", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    base = decoder(z, return_activations=True)[1]
+    return normalized_hessian_penalty(
+        lambda v: decoder(v, return_activations=True)[1], z, None, base, ("a", "b"),
+        aggregate=aggregate, normalized=False, generator=g,
+    )
+
+
+@pytest.mark.parametrize("aggregate", ["per_layer", "pooled"])
+def test_vanilla_hessian_penalty_sees_interactions_and_scales_with_the_output(aggregate):
+    z = torch.randn(32, 4, generator=torch.Generator().manual_seed(6))
+    assert vanilla_hp(ToyDecoder(mix=0.0), z, aggregate).abs().max() < 1e-6
+    plain = vanilla_hp(ToyDecoder(mix=1.0), z, aggregate)
+    assert plain.mean() > 1e-2
+    # no denominator: scaling the activations by s scales the penalty by s^2 (the degeneracy NHP removes)
+    assert torch.allclose(vanilla_hp(ToyDecoder(mix=1.0, scale=3.0), z, aggregate), 9 * plain, rtol=1e-3)
+
+
+def test_vanilla_hessian_penalty_matches_its_definition_with_plain_rademacher_directions():
+    """One layer, n_p = 2: the mean over activation dims of the population variance of the two finite-difference
+    second derivatives along +-1 directions (no sigma scaling)."""
+    z = torch.randn(8, 4, generator=torch.Generator().manual_seed(7))
+    dec = ToyDecoder(mix=1.0)
+    g = torch.Generator().manual_seed(0)
+    signs = torch.randint(0, 2, (2, 8, 4), generator=g).float() * 2 - 1
+    second = torch.stack([(dec(z + 0.1 * v) - 2 * dec(z) + dec(z - 0.1 * v)) / 0.01 for v in signs])
+    expected = second.var(0, unbiased=False).mean(-1)
+    base = dec(z, return_activations=True)[1]
+    got = normalized_hessian_penalty(lambda v: dec(v, return_activations=True)[1], z, None, base, ("a",),
+                                     normalized=False, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(got, expected, rtol=1e-4)
+
+
+def test_klm_with_a_fixed_bandwidth_ignores_the_batch_spread():
+    z = torch.randn(64, 3, generator=torch.Generator().manual_seed(8))
+    z[:, 1] = z[:, 0] + 0.2 * z[:, 1]
+    from disentangle.quantizers.base import LatentOutput
+    from disentangle.regularizers import StepContext
+
+    def value(latents, **kwargs):
+        out = LatentOutput(z=latents, z_continuous=latents)
+        return KernelMultiInformation(1.0, **kwargs)(StepContext(x=None, pre=latents, latent=out, logits=None))["klm"]
+
+    assert torch.allclose(value(z, bandwidth=0.5), kernel_multi_information(z, torch.full((3,), 0.5)).mean())
+    # Tripod's batch-std bandwidth is scale-invariant; a fixed one is not (why naive Tripod is naive)
+    assert value(10 * z).item() == pytest.approx(value(z).item(), rel=1e-4)
+    assert abs(value(10 * z, bandwidth=1.0).item() - value(z, bandwidth=1.0).item()) > 0.1
+    with pytest.raises(ValueError, match="bandwidth must be > 0"):
+        KernelMultiInformation(1.0, bandwidth=0.0)

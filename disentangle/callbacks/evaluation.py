@@ -75,6 +75,7 @@ class EvaluationJob:
     factor_names: tuple[str, ...]
     encode_seconds: float
     model_device: str = "cpu"  # where the model ran: infomec.device=auto computes there when it is a GPU
+    infoe_features: str = "standardize"  # what infomec.infoe_features=auto means for this latent module
     sampled: dict = field(default_factory=dict)  # FactorVAE/BetaVAE results, computed on the training thread
     interventions: np.ndarray | None = None  # (T, n_z, C, H, W) decoded latent sweeps, in [0, 1]
     reconstructions: tuple[np.ndarray, np.ndarray] | None = None  # originals, reconstructions (k, C, H, W)
@@ -310,6 +311,7 @@ class DisentanglementEvaluation(pl.Callback):
             method=getattr(pl_module, "method", type(pl_module).__name__), data=datamodule.name,
             factor_names=tuple(datamodule.factor_names), encode_seconds=time.perf_counter() - start,
             model_device=str(pl_module.device),
+            infoe_features="onehot" if _categorical(pl_module) else "standardize",
             interventions=interventions, reconstructions=reconstructions,
         )
 
@@ -318,7 +320,7 @@ class DisentanglementEvaluation(pl.Callback):
         start = time.perf_counter()
         out = self.metric_fn(
             job.latents, job.factors, discrete_latents=job.discrete_latents, metrics=job.metrics,
-            options=resolve_devices(self.options, job.model_device), psnr=job.psnr, mse=job.mse,
+            options=resolve_options(self.options, job.model_device, job.infoe_features), psnr=job.psnr, mse=job.mse,
         )
         out = {**job.sampled, **out}
         result = {k: float(out[k]) for k in SUMMARY_KEYS if k in out}
@@ -393,17 +395,23 @@ class DisentanglementEvaluation(pl.Callback):
     @torch.no_grad()
     def _decode_interventions(self, pl_module, datamodule, z: np.ndarray) -> np.ndarray:
         """Sweep each latent over its [min, max] on the evaluation set from the first evaluation image (spec
-        qlae.md §9.1); (n_interventions, n_z, C, H, W) in [0, 1]."""
+        qlae.md §9.1); a categorical latent (VQ code indices) steps through the codes it uses on the evaluation
+        set instead, since labels in between mean nothing. (n_interventions, n_z, C, H, W) in [0, 1]."""
         images, _ = datamodule.gather(datamodule.eval_indices()[:1].to(pl_module.device))
         base, _ = pl_module.embed(images)
-        lo, hi = z.min(0), z.max(0)
         steps = np.linspace(0.0, 1.0, self.n_interventions)
         n_z = z.shape[1]
-        grid = base.repeat(self.n_interventions * n_z, 1).reshape(self.n_interventions, n_z, n_z).clone()
+        grid = base.float().repeat(self.n_interventions * n_z, 1).reshape(self.n_interventions, n_z, n_z).clone()
         for j in range(n_z):
-            values = torch.as_tensor(lo[j] + steps * (hi[j] - lo[j]), dtype=grid.dtype, device=grid.device)
-            grid[:, j, j] = values
-        decoded = torch.sigmoid(pl_module.decode(grid.reshape(-1, n_z))).float().cpu().numpy()
+            if _categorical(pl_module):
+                codes = np.unique(z[:, j])
+                sweep = codes[np.round(steps * (len(codes) - 1)).astype(int)]
+            else:
+                sweep = z[:, j].min() + steps * (z[:, j].max() - z[:, j].min())
+            grid[:, j, j] = torch.as_tensor(sweep, dtype=grid.dtype, device=grid.device)
+        # in representation space (mu for a Gaussian, code indices for VQ), mapped back by the latent module
+        decode = getattr(pl_module, "decode_representation", pl_module.decode)
+        decoded = torch.sigmoid(decode(grid.reshape(-1, n_z))).float().cpu().numpy()
         return decoded.reshape(self.n_interventions, n_z, *decoded.shape[1:])
 
     @torch.no_grad()
@@ -455,14 +463,22 @@ class DisentanglementEvaluation(pl.Callback):
         return artifacts
 
 
-def resolve_devices(options: dict, model_device: str) -> dict:
-    """``infomec.device: auto`` becomes the model's device when that is a GPU and None (numpy/sklearn on the CPU)
-    otherwise; the discrete MI tables and InfoE's regressions then run where the model does."""
-    infomec = options.get("infomec") or {}
-    if infomec.get("device") != "auto":
-        return options
-    device = model_device if not str(model_device).startswith("cpu") else None
-    return {**options, "infomec": {**infomec, "device": device}}
+def resolve_options(options: dict, model_device: str, infoe_features: str = "standardize") -> dict:
+    """Resolve the model-dependent ``auto`` options of InfoMEC: ``device: auto`` becomes the model's device when
+    that is a GPU and None (numpy/sklearn on the CPU) otherwise, so the discrete MI tables and InfoE's
+    regressions run where the model does; ``infoe_features: auto`` becomes the latent module's choice (one-hot
+    for VQ-VAE's unordered code indices, standardized values otherwise; spec qlae.md §12 row 9)."""
+    infomec = dict(options.get("infomec") or {})
+    if infomec.get("device") == "auto":
+        infomec["device"] = model_device if not str(model_device).startswith("cpu") else None
+    if infomec.get("infoe_features") == "auto":
+        infomec["infoe_features"] = infoe_features
+    return {**options, "infomec": infomec}
+
+
+def _categorical(pl_module) -> bool:
+    """Whether the model's representation is unordered category labels (VQ code indices)."""
+    return bool(getattr(getattr(pl_module, "latent", None), "categorical", False))
 
 
 def _latent_labels(nmi: np.ndarray | None, active: np.ndarray | None, factor_names: Sequence[str],

@@ -102,7 +102,7 @@ def intervention_grid(images: np.ndarray, column_labels: Sequence[str], path: st
         ax.set_yticks([r * (h + pad) + h / 2 for r in range(n_rows)], list(row_labels), fontsize=7)
     else:
         ax.set_yticks([])
-    ax.set_title("decoded latent interventions (column: latent swept over its range)")
+    ax.set_title("decoded latent interventions (column: one latent varied across its evaluation-set values)")
     return _save(fig, path)
 
 

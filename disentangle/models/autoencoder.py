@@ -1,8 +1,9 @@
 """The shared autoencoder LightningModule: encoder -> latent module -> decoder, plus regularizers.
 
-AE, QLAE and Tripod (and their ablations) are configurations of this one class: they differ only in
-the latent module, the regularizers attached and the optimizer settings. A new method overrides a hook
-(``reconstruction_loss``, ``extra_terms``) in a small subclass; the training step stays here.
+AE, QLAE, Tripod, the VAEs (β-VAE, β-TCVAE), BioAE, VQ-VAE and their ablations are configurations of this
+one class: they differ only in the latent module, the regularizers attached and the optimizer settings. A
+new method overrides a hook (``reconstruction_loss``, ``extra_terms``) in a small subclass; the training
+step stays here.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import NonFiniteLossError
+from ..errors import ConfigError, NonFiniteLossError
 from ..quantizers.base import LatentModule, LatentOutput
 from ..regularizers.base import Regularizer, StepContext
 from ..regularizers.weight_decay import decay_groups
@@ -40,6 +41,13 @@ class Autoencoder(pl.LightningModule):
         batch_size: the method's paper batch size (read by the data config; stored for reference).
         tuned: the config's per-dataset value table; the values for the chosen dataset have already
             been interpolated into the arguments above, so it is only kept for the record.
+        dataset_size: number of training images, for estimators that need it (β-TCVAE's minibatch-weighted
+            sampling); ``disentangle.run`` passes the data module's, and ``fit`` reads it from the data module
+            when it was not given.
+        density_scale: factor on the weight of every term measured in nats per image (a Gaussian KL,
+            β-TCVAE's MI/TC/DWKL): ``"per_pixel"`` = 1/D_x with D_x = channels x resolution^2, which puts them
+            on the per-pixel-mean BCE's scale (spec qlae.md §4.3-4.4); a number uses that factor (1 = nats
+            per image, for a summed reconstruction).
     """
 
     def __init__(
@@ -54,6 +62,8 @@ class Autoencoder(pl.LightningModule):
         batch_size: int = 64,
         name: str = "autoencoder",
         tuned: Mapping | None = None,
+        dataset_size: int | None = None,
+        density_scale: float | str = "per_pixel",
     ):
         super().__init__()
         if int(n_latents) < 1:
@@ -63,20 +73,29 @@ class Autoencoder(pl.LightningModule):
         self.method = name
         self.n_latents = int(n_latents)
         self.in_channels, self.resolution = int(in_channels), int(resolution)
-        self.latent = latent(n_latents=self.n_latents)
+        try:
+            self.latent = latent(n_latents=self.n_latents)
+        except ValueError as exc:
+            raise ValueError(f"model.latent: {exc}") from exc
         if set(arch) != {"encoder", "decoder"}:
             raise ValueError(f"model.arch must have exactly 'encoder' and 'decoder' (got {sorted(arch)})")
         self.encoder = arch["encoder"](in_channels=in_channels, resolution=resolution, out_features=self.latent.in_features)
-        self.decoder = arch["decoder"](in_features=self.n_latents, out_channels=in_channels, resolution=resolution)
+        self.decoder = arch["decoder"](
+            in_features=self.latent.out_features, out_channels=in_channels, resolution=resolution
+        )
+        self.dataset_size = None if dataset_size is None else int(dataset_size)
+        self.density_scale = _density_scale(density_scale, self.in_channels * self.resolution**2)
         for key, reg in (regularizers or {}).items():
             if reg is not None and not isinstance(reg, Regularizer):
                 raise ValueError(
                     f"model.regularizers.{key} is not a regularizer (no _target_); attach one with +regularizer={key}"
                 )
         active = {k: r for k, r in (regularizers or {}).items() if r is not None and r.weight > 0}
-        for reg in active.values():
-            if hasattr(reg, "bind"):
-                reg.bind(self.decoder)
+        for key, reg in active.items():
+            try:
+                reg.bind(self)
+            except ValueError as exc:
+                raise ValueError(f"model.regularizers.{key}: {exc}") from exc
         self.regularizers = nn.ModuleDict(active)
         self.optim_cfg = _optimizer_config(optimizer or {})
         self.run_config: dict | None = None  # the composed Hydra config, stored in checkpoints
@@ -104,6 +123,10 @@ class Autoencoder(pl.LightningModule):
         """The evaluation representation alone (no decoder pass): what the sampled metrics encode."""
         return self.latent.representation(self.encode(x))
 
+    def decode_representation(self, representation: torch.Tensor) -> torch.Tensor:
+        """Logits decoded from (edited) evaluation representations: mu for a Gaussian, code indices for VQ."""
+        return self.decode(self.latent.decoder_input(representation))
+
     # -- hooks a method may override ---------------------------------------------------------------
     def reconstruction_loss(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return bce_reconstruction(logits, x)
@@ -126,15 +149,39 @@ class Autoencoder(pl.LightningModule):
         terms = {"reconstruction": self.reconstruction_loss(logits, x)}
         weights = {"reconstruction": 1.0}
         for name, value in latent.losses.items():
-            terms[name], weights[name] = value, self.latent.weights[name]
-        ctx = StepContext(x=x, pre=pre, latent=latent, logits=logits, activations=activations, decoder=self.decoder)
+            terms[name] = value
+            weights[name] = self.latent.weights[name] * self._scale(name, self.latent.density_terms)
+        ctx = StepContext(x=x, pre=pre, latent=latent, logits=logits, activations=activations,
+                          decoder=self.decoder, dataset_size=self.dataset_size)
         for reg in self.regularizers.values():
             for name, value in reg(ctx).items():
-                terms[name], weights[name] = value, reg.weight
+                terms[name] = value
+                weights[name] = reg.weight * reg.term_weights.get(name, 1.0) * self._scale(name, reg.density_terms)
         extra, extra_weights = self.extra_terms(ctx)
         terms.update(extra)
         weights.update(extra_weights)
         return terms, weights
+
+    def _scale(self, name: str, density_terms: frozenset[str]) -> float:
+        return self.density_scale if name in density_terms else 1.0
+
+    def setup(self, stage: str) -> None:
+        """Before fitting: take the training set's size from the data module when a regularizer needs it."""
+        needs = [key for key, reg in self.regularizers.items()
+                 if reg.needs_dataset_size and getattr(reg, "dataset_size", None) is None]
+        if stage != "fit" or not needs or self.dataset_size is not None:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        size = getattr(datamodule, "num_samples", None)
+        if not size:
+            raise ConfigError(
+                f"model.regularizers.{needs[0]} needs the training set's size, and the data module does not say "
+                f"it (no num_samples); set model.regularizers.{needs[0]}.dataset_size=N"
+            )
+        self.dataset_size = int(size)
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        self.latent.schedule(self.global_step)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         x = batch[0]
@@ -171,6 +218,18 @@ class Autoencoder(pl.LightningModule):
         if self.run_config is not None:
             checkpoint["disentangle_config"] = self.run_config
         checkpoint["disentangle_shape"] = {"in_channels": self.in_channels, "resolution": self.resolution}
+
+
+def _density_scale(value: float | str, pixels: int) -> float:
+    if value == "per_pixel":
+        return 1.0 / pixels
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        scale = float("nan")
+    if not scale > 0:
+        raise ValueError(f"model.density_scale must be 'per_pixel' or a number > 0 (got {value!r})")
+    return scale
 
 
 def _optimizer_config(cfg: Mapping) -> dict:

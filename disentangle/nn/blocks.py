@@ -158,6 +158,12 @@ class BaseDecoder(nn.Module):
         return logits, activations
 
 
+def output_norm(channels: int, enabled: bool) -> nn.Module:
+    """Affine-free instance norm of a block output (naive Tripod's activation normalisation for the vanilla Hessian
+    penalty, tripod spec §9 item 3), or the identity."""
+    return nn.GroupNorm(channels, channels, eps=1e-5, affine=False) if enabled else nn.Identity()
+
+
 def uniform_fan_in_(weight: Tensor, fan_in: int, bias: Tensor | None = None) -> None:
     """Initialise ``weight`` (and ``bias``) with U(±1/sqrt(fan_in)), the equinox/PyTorch-Linear default."""
     bound = 1.0 / math.sqrt(fan_in)

@@ -35,6 +35,7 @@ from .blocks import (
     check_positive_int,
     decoder_activation_names,
     num_stages,
+    output_norm,
     uniform_fan_in_,
 )
 
@@ -181,6 +182,7 @@ class StyleDecoder(BaseDecoder):
         negative_slope: LeakyReLU slope; 0.3 (default, paper) or 0.2 (authors' code).
         output_kernel: output conv kernel (odd, no bias, "same" padding); 1 (default, paper) or 3 (authors' code).
         adain_relu: False (default, paper's "affine projection"); True: ReLU after A as in the authors' code.
+        normalize_outputs: affine-free instance norm on the ``block*`` outputs (naive Tripod).
     """
 
     def __init__(
@@ -191,6 +193,7 @@ class StyleDecoder(BaseDecoder):
         negative_slope: float = 0.3,
         output_kernel: int = 1,
         adain_relu: bool = False,
+        normalize_outputs: bool = False,
     ):
         super().__init__()
         self.in_features = check_positive_int("in_features", in_features)
@@ -224,6 +227,10 @@ class StyleDecoder(BaseDecoder):
         self.hessian_layers, self.activation_names = decoder_activation_names(stages)
         # Index of each up-sampling layer whose output is exposed as "block{i}" (layers 2, 5, 8 = S3, S6, S9).
         self._block_at = {3 * i + 2: f"block{i}" for i in range(len(self.hessian_layers) - 1)}
+        normalize = check_bool("normalize_outputs", normalize_outputs)
+        self.out_norms = nn.ModuleDict(
+            {name: output_norm(layers[index].conv.out_channels, normalize) for index, name in self._block_at.items()}
+        )
 
     def _decode(self, z: Tensor, until: frozenset[str] = frozenset()) -> tuple[Tensor | None, dict[str, Tensor]]:
         w = self.mapping(z)
@@ -234,7 +241,9 @@ class StyleDecoder(BaseDecoder):
                 return None, activations
             x = layer(x, w)
             if index in self._block_at:
-                activations[self._block_at[index]] = x
+                name = self._block_at[index]
+                x = self.out_norms[name](x)
+                activations[name] = x
         if until and until <= activations.keys():
             return None, activations
         return self.out_conv(x), activations

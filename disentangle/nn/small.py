@@ -29,10 +29,12 @@ from torch import Tensor, nn
 from .blocks import (
     BaseDecoder,
     BaseEncoder,
+    check_bool,
     check_choice,
     check_positive_int,
     decoder_activation_names,
     num_stages,
+    output_norm,
 )
 
 __all__ = ["SmallDecoder", "SmallEncoder"]
@@ -127,6 +129,7 @@ class SmallDecoder(BaseDecoder):
         hidden: conditioning MLP width (default 256).
         norm: ``"none"`` (default) or ``"group"`` (GroupNorm with gcd(8, C) groups, per sample).
         activation: ``"silu"`` (default), ``"relu"`` or ``"gelu"``.
+        normalize_outputs: affine-free instance norm on every ``block*`` output (naive Tripod).
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class SmallDecoder(BaseDecoder):
         hidden: int = 256,
         norm: str = "none",
         activation: str = "silu",
+        normalize_outputs: bool = False,
     ):
         super().__init__()
         self.in_features = check_positive_int("in_features", in_features)
@@ -154,8 +158,10 @@ class SmallDecoder(BaseDecoder):
         self.stem = nn.Sequential(
             nn.Linear(hidden, widths[0] * 16), act(), nn.Unflatten(1, (widths[0], 4, 4))
         )
+        normalize = check_bool("normalize_outputs", normalize_outputs)
         self.ups = nn.ModuleList(
-            nn.Sequential(nn.ConvTranspose2d(cin, cout, 4, 2, 1), make_norm(norm, cout), act())
+            nn.Sequential(nn.ConvTranspose2d(cin, cout, 4, 2, 1), make_norm(norm, cout), act(),
+                          output_norm(cout, normalize))
             for cin, cout in itertools.pairwise(widths)
         )
         self.out_conv = nn.ConvTranspose2d(widths[-1], self.out_channels, 4, 2, 1)

@@ -3,17 +3,23 @@
 Weight decay is not a loss term; it lives in the optimizer's parameter groups (``decay_groups``).
 """
 from .base import Regularizer, StepContext, batch_std
+from .bio import BiologicalConstraints, biological_constraints
 from .klm import KernelMultiInformation, kernel_multi_information
 from .nhp import NormalizedHessianPenalty, normalized_hessian_penalty
+from .tcvae import DecomposedKL, tcvae_decomposition
 from .weight_decay import decay_groups
 
 __all__ = [
+    "BiologicalConstraints",
+    "DecomposedKL",
     "KernelMultiInformation",
     "NormalizedHessianPenalty",
     "Regularizer",
     "StepContext",
     "batch_std",
+    "biological_constraints",
     "decay_groups",
     "kernel_multi_information",
     "normalized_hessian_penalty",
+    "tcvae_decomposition",
 ]

@@ -16,21 +16,45 @@ class StepContext:
 
     x: torch.Tensor                      # images in [0, 1]
     pre: torch.Tensor                    # raw encoder output
-    latent: LatentOutput                 # what the latent module returned
+    latent: LatentOutput                 # what the latent module returned (distribution parameters included)
     logits: torch.Tensor                 # decoder output at latent.z
     activations: dict[str, torch.Tensor] = field(default_factory=dict)  # decoder activations at latent.z
     decoder: Callable | None = None      # the decoder module (for finite-difference penalties)
+    dataset_size: int | None = None      # number of training images (minibatch-weighted estimators)
 
 
 class Regularizer(nn.Module):
-    """Base class. ``weight`` scales every term it returns; a weight of 0 switches it off entirely."""
+    """Base class. ``weight`` scales every term it returns (a weight of 0 switches it off entirely);
+    ``term_weights`` scales single terms relative to it (missing names count 1).
 
-    #: decoder activations this regularizer needs from the main forward pass
+    Class attributes a regularizer sets:
+        needs_activations: decoder activations it needs from the main forward pass.
+        requires_distribution: the latent family it needs (``"gaussian"``), or None for any latent.
+        needs_dataset_size: it reads ``StepContext.dataset_size`` (the model supplies the data module's size).
+        density_terms: names of its terms measured in nats per image (rescaled like a KL, see
+            ``Autoencoder(density_scale=...)``).
+    """
+
     needs_activations: tuple[str, ...] = ()
+    requires_distribution: str | None = None
+    needs_dataset_size: bool = False
+    density_terms: frozenset[str] = frozenset()
 
     def __init__(self, weight: float):
         super().__init__()
         self.weight = check_weight(f"{type(self).__name__}.weight", weight)
+        self.term_weights: dict[str, float] = {}
+
+    def bind(self, model) -> None:
+        """Check the model before training (raise ValueError in one line if this regularizer cannot work on it)
+        and resolve model-dependent settings."""
+        wanted = self.requires_distribution
+        if wanted is not None and getattr(model.latent, "distribution", None) != wanted:
+            raise ValueError(
+                f"{type(self).__name__} needs a {wanted} latent distribution, but the latent module is "
+                f"{type(model.latent).__name__} ({model.latent.distribution or 'deterministic'}); use a model "
+                f"with one or swap the latent with model/latent={wanted}"
+            )
 
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:  # pragma: no cover - interface
         raise NotImplementedError

@@ -5,13 +5,10 @@ import math
 
 import torch
 
+from ..quantizers.gaussian import gaussian_log_density
 from .base import Regularizer, StepContext, batch_std
 
-_LOG_2PI = math.log(2 * math.pi)
-
-
-def _gaussian_log_pdf(diff: torch.Tensor, bandwidth: torch.Tensor) -> torch.Tensor:
-    return -0.5 * (diff / bandwidth).pow(2) - torch.log(bandwidth) - 0.5 * _LOG_2PI
+BANDWIDTH_SOURCES = ("continuous", "pre")
 
 
 def kernel_multi_information(z: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
@@ -25,8 +22,8 @@ def kernel_multi_information(z: torch.Tensor, sigma: torch.Tensor) -> torch.Tens
     silverman = (4.0 / ((n_z + 2) * b)) ** (1.0 / (n_z + 4))
     diff = z.unsqueeze(1) - z.unsqueeze(0)  # (B_eval, B_centre, n_z)
     log_b = math.log(b)
-    log_joint = torch.logsumexp(_gaussian_log_pdf(diff, sigma * silverman).sum(-1), dim=1) - log_b
-    log_marginals = torch.logsumexp(_gaussian_log_pdf(diff, sigma), dim=1) - log_b  # (B, n_z)
+    log_joint = torch.logsumexp(gaussian_log_density(diff, 0.0, sigma * silverman).sum(-1), dim=1) - log_b
+    log_marginals = torch.logsumexp(gaussian_log_density(diff, 0.0, sigma), dim=1) - log_b  # (B, n_z)
     return log_joint - log_marginals.sum(-1)
 
 
@@ -36,14 +33,32 @@ class KernelMultiInformation(Regularizer):
     bandwidth_from: "continuous" (default) takes sigma from the continuous latents (tanh output for
     Tripod) as the authors' code does; "pre" takes it from the raw encoder output, as Algorithm 1 is
     written (spec §14 A3). Either way sigma is a population std + 1e-6 with gradients.
+    bandwidth: a fixed sigma for every dimension instead (naive Tripod's "fixed smoothing parameters",
+    spec tripod.md §9 item 3; the value is unspecified there, §14 B1); None = the batch std above.
     """
 
-    def __init__(self, weight: float = 1e-4, bandwidth_from: str = "continuous"):
+    def __init__(self, weight: float = 1e-4, bandwidth_from: str = "continuous", bandwidth: float | None = None):
         super().__init__(weight)
-        if bandwidth_from not in ("continuous", "pre"):
-            raise ValueError(f"bandwidth_from must be one of ['continuous', 'pre'] (got {bandwidth_from!r})")
+        if bandwidth_from not in BANDWIDTH_SOURCES:
+            raise ValueError(f"bandwidth_from must be one of {list(BANDWIDTH_SOURCES)} (got {bandwidth_from!r})")
+        if bandwidth is not None and not float(bandwidth) > 0:
+            raise ValueError(f"bandwidth must be > 0 or null (got {bandwidth})")
         self.bandwidth_from = bandwidth_from
+        self.bandwidth = None if bandwidth is None else float(bandwidth)
+
+    def bind(self, model) -> None:
+        super().bind(model)
+        if self.bandwidth_from == "pre" and model.latent.in_features != model.latent.out_features:
+            raise ValueError(
+                f"KLM bandwidth_from='pre' needs the encoder output to have the latent's width; "
+                f"{type(model.latent).__name__} maps {model.latent.in_features} outputs to "
+                f"{model.latent.out_features} latents: use bandwidth_from=continuous"
+            )
 
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:
-        source = ctx.latent.z_continuous if self.bandwidth_from == "continuous" else ctx.pre
-        return {"klm": kernel_multi_information(ctx.latent.z, batch_std(source)).mean()}
+        z = ctx.latent.z
+        if self.bandwidth is not None:
+            sigma = z.new_full((z.shape[1],), self.bandwidth)
+        else:
+            sigma = batch_std(ctx.latent.z_continuous if self.bandwidth_from == "continuous" else ctx.pre)
+        return {"klm": kernel_multi_information(z, sigma).mean()}

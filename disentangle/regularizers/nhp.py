@@ -1,4 +1,5 @@
-"""Normalized Hessian penalty (Tripod, eqs. 16–17 and Alg. 1 lines 15–24; spec tripod.md §4.3)."""
+"""Normalized Hessian penalty (Tripod, eqs. 16–17 and Alg. 1 lines 15–24; spec tripod.md §4.3), and the
+vanilla Hessian penalty of naive Tripod (Peebles et al. 2020, eqs. 8–9; spec tripod.md §9 item 3)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -13,52 +14,67 @@ AGGREGATES = ("per_layer", "pooled")
 def normalized_hessian_penalty(
     activations_at: Callable[[torch.Tensor], dict[str, torch.Tensor]],
     z: torch.Tensor,
-    sigma: torch.Tensor,
+    sigma: torch.Tensor | None,
     base: dict[str, torch.Tensor],
     layers: Sequence[str],
     *,
     n_perturbations: int = 2,
     eps: float = 0.1,
     aggregate: str = "per_layer",
+    normalized: bool = True,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Per-sample ratio Var_v[v'Hv] / Var_w[w'Hw] by central finite differences; returns shape (B,).
 
     v = sigma * Rademacher, w = sigma * Gaussian (Prop. 3.2), one direction per (sample, perturbation)
-    shared by every activation dimension and layer (authors' code, spec §14 A5). All 4 * n_p perturbed
-    latents go through the decoder in one call. Variances across perturbations are population variances.
+    shared by every activation dimension and layer (authors' code, spec §14 A5). All perturbed latents go
+    through the decoder in one call. Variances across perturbations are population variances.
     aggregate="per_layer": sum over layers of mean_k numer / (mean_k denom + 1e-10) (authors' code; the
     per-dataset lambdas were tuned with it). aggregate="pooled": one ratio of sums over all regularized
     dimensions (paper Alg. 1 line 24).
+
+    normalized=False is the vanilla Hessian penalty: v = plain Rademacher (no sigma, which may be None), the
+    numerator alone (no Gaussian directions, no denominator): per_layer = sum over layers of mean_k numer,
+    pooled = mean of numer over all regularized dimensions.
     """
     if aggregate not in AGGREGATES:
         raise ValueError(f"aggregate must be one of {list(AGGREGATES)} (got {aggregate!r})")
     b, n_z = z.shape
     shape = (n_perturbations, b, n_z)
-    signs = torch.randint(0, 2, shape, device=z.device, generator=generator).to(z.dtype) * 2 - 1
-    gauss = torch.randn(shape, device=z.device, dtype=z.dtype, generator=generator)
-    directions = torch.cat([signs, gauss], 0) * sigma  # (2 n_p, B, n_z)
+    directions = torch.randint(0, 2, shape, device=z.device, generator=generator).to(z.dtype) * 2 - 1
+    if normalized:
+        gauss = torch.randn(shape, device=z.device, dtype=z.dtype, generator=generator)
+        directions = torch.cat([directions, gauss], 0) * sigma  # (2 n_p, B, n_z)
+    n_dirs = directions.shape[0]
     steps = torch.cat([z + eps * directions, z - eps * directions], 0).reshape(-1, n_z)
     perturbed = activations_at(steps)
 
     numer_total = denom_total = ratio_total = 0.0
+    n_dims = 0
     for name in layers:
-        out = perturbed[name].reshape(2, 2 * n_perturbations, b, -1)
-        second = (out[0] - 2 * base[name].reshape(1, b, -1) + out[1]) / eps**2  # (2 n_p, B, D_k)
+        out = perturbed[name].reshape(2, n_dirs, b, -1)
+        second = (out[0] - 2 * base[name].reshape(1, b, -1) + out[1]) / eps**2  # (n_dirs, B, D_k)
         numer = second[:n_perturbations].var(0, unbiased=False)  # (B, D_k)
+        if not normalized:
+            ratio_total = ratio_total + (numer.mean(-1) if aggregate == "per_layer" else numer.sum(-1))
+            n_dims += numer.shape[-1]
+            continue
         denom = second[n_perturbations:].var(0, unbiased=False)
         if aggregate == "per_layer":
             ratio_total = ratio_total + numer.mean(-1) / (denom.mean(-1) + 1e-10)
         else:
             numer_total = numer_total + numer.sum(-1)
             denom_total = denom_total + denom.sum(-1)
+    if not normalized:
+        return ratio_total if aggregate == "per_layer" else ratio_total / n_dims
     if aggregate == "per_layer":
         return ratio_total
     return numer_total / (denom_total + 1e-10)
 
 
 class NormalizedHessianPenalty(Regularizer):
-    """Tripod's NHP on chosen decoder activations (default: the decoder's ``hessian_layers``)."""
+    """Tripod's NHP on chosen decoder activations (default: the decoder's ``hessian_layers``);
+    ``normalized=False`` gives naive Tripod's vanilla Hessian penalty (term ``hp`` instead of ``nhp``)."""
 
     def __init__(
         self,
@@ -67,6 +83,7 @@ class NormalizedHessianPenalty(Regularizer):
         n_perturbations: int = 2,
         eps: float = 0.1,
         aggregate: str = "per_layer",
+        normalized: bool = True,
     ):
         super().__init__(weight)
         if int(n_perturbations) < 2:
@@ -79,9 +96,12 @@ class NormalizedHessianPenalty(Regularizer):
         self.n_perturbations = int(n_perturbations)
         self.eps = float(eps)
         self.aggregate = aggregate
+        self.normalized = bool(normalized)
 
-    def bind(self, decoder) -> None:
-        """Resolve the layer list against a decoder; unknown names fail before training starts."""
+    def bind(self, model) -> None:
+        """Resolve the layer list against the model's decoder; unknown names fail before training starts."""
+        super().bind(model)
+        decoder = model.decoder
         available = tuple(getattr(decoder, "activation_names", ()))
         if self.layers is None:
             self.layers = tuple(decoder.hessian_layers)
@@ -97,11 +117,12 @@ class NormalizedHessianPenalty(Regularizer):
         penalty = normalized_hessian_penalty(
             activations_at,
             ctx.latent.z,
-            batch_std(ctx.latent.z_continuous),
+            batch_std(ctx.latent.z_continuous) if self.normalized else None,
             ctx.activations,
             self.layers,
             n_perturbations=self.n_perturbations,
             eps=self.eps,
             aggregate=self.aggregate,
+            normalized=self.normalized,
         )
-        return {"nhp": penalty.mean()}
+        return {"nhp" if self.normalized else "hp": penalty.mean()}

@@ -1,0 +1,57 @@
+"""Diagonal-Gaussian latent of the VAE baselines (β-VAE, β-TCVAE; spec qlae.md §3.5, §4.3)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .base import LatentModule, LatentOutput, check_weight
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_log_density(x: torch.Tensor, mu: torch.Tensor | float, sigma: torch.Tensor) -> torch.Tensor:
+    """Elementwise log N(x; mu, sigma^2) (broadcasting)."""
+    return -0.5 * ((x - mu) / sigma).pow(2) - torch.log(sigma) - _HALF_LOG_2PI
+
+
+def gaussian_kl(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """KL(N(mu, diag sigma^2) || N(0, I)) per sample, summed over dimensions: (B,).
+    Spec qlae.md §4.3: sum_j [-log sigma_j + (mu_j^2 + sigma_j^2 - 1) / 2]."""
+    return (-torch.log(sigma) + 0.5 * (mu.pow(2) + sigma.pow(2) - 1)).sum(-1)
+
+
+class GaussianLatent(LatentModule):
+    """q(z|x) = N(mu, diag sigma^2): the encoder's 2·n_z outputs are mu (first n_z) and a, sigma = softplus(a).
+
+    Training: one reparameterised sample z = mu + sigma·eps goes to the decoder. Evaluation: z = mu, and mu is
+    the representation the metrics see, treated as continuous (spec §3.5, §8.1). Loss ``kl`` = batch mean of
+    :func:`gaussian_kl` in nats per image, weight ``beta`` (β-VAE's β; 0 when a regularizer such as β-TCVAE's
+    decomposition replaces the KL). With a per-pixel-mean reconstruction the model divides it by D_x
+    (``density_terms``), which gives the β-VAE loss BCE + β·KL/D_x of spec §4.3.
+    """
+
+    discrete = False
+    distribution = "gaussian"
+    density_terms = frozenset({"kl"})
+
+    def __init__(self, n_latents: int, beta: float = 1.0):
+        super().__init__(n_latents)
+        self.weights = {"kl": check_weight("beta", beta)}
+
+    @property
+    def in_features(self) -> int:
+        return 2 * self.n_latents
+
+    def forward(self, pre: torch.Tensor) -> LatentOutput:
+        mu, a = pre.split(self.n_latents, dim=-1)
+        sigma = F.softplus(a)
+        z = mu + sigma * torch.randn_like(mu) if self.training else mu
+        return LatentOutput(
+            z=z, z_continuous=z, losses={"kl": gaussian_kl(mu, sigma).mean()},
+            params={"mu": mu, "sigma": sigma}, sample=z if self.training else None,
+        )
+
+    def representation(self, out: LatentOutput) -> torch.Tensor:
+        return out.params["mu"]
