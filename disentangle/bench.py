@@ -26,11 +26,19 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 # (label, overrides): QLAE first, it is the baseline of the ratios
 STEP_CASES = [
     ("qlae", ["model=qlae"]),
+    ("ae", ["model=ae"]),
+    ("betavae", ["model=betavae"]),
+    ("betatcvae", ["model=betatcvae"]),
+    ("bioae", ["model=bioae"]),
+    ("vqvae", ["model=vqvae"]),
     ("qlae + klm", ["model=qlae", "+regularizer=klm"]),
     ("qlae, tripod arch", ["model=qlae", "model/arch=tripod"]),  # the Tripod paper's QLAE baseline
+    ("betatcvae, tripod arch", ["model=betatcvae", "model/arch=tripod"]),  # Tripod's beta-TCVAE baseline
     ("tripod w/o nhp", ["model=tripod_no_nhp"]),
+    ("tripod_naive", ["model=tripod_naive"]),
     ("tripod", ["model=tripod"]),
 ]
+DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling
 
 
 def _model(overrides, batch_size):
@@ -38,7 +46,7 @@ def _model(overrides, batch_size):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=overrides + ["data=shapes2d", "paths.output_dir=/tmp/bench",
                                                       f"model.batch_size={batch_size}"])
-    return instantiate(cfg.model, in_channels=3, resolution=64)
+    return instantiate(cfg.model, in_channels=3, resolution=64, dataset_size=DATASET_SIZE)
 
 
 def _sync(device):
@@ -74,7 +82,7 @@ def bench_steps(device: str, repeats: int, batch_size: int) -> None:
     for label, overrides in STEP_CASES:
         med = statistics.median(time_steps(overrides, dev, batch_size, repeats))
         base = base or med
-        print(f"  {label:<18} {med:8.3f} s/step   x{med / base:5.2f} vs qlae")
+        print(f"  {label:<22} {med:8.3f} s/step   x{med / base:5.2f} vs qlae", flush=True)
 
 
 def bench_data(n: int, batch_sizes: list[int], repeats: int, device: str) -> None:

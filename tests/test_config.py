@@ -11,7 +11,8 @@ CHANNELS = {"sprites": 1, "dsprites": 1}
 
 def test_the_expected_models_and_datasets_exist():
     assert set(MODELS) >= {"ae", "qlae", "qlae_global_codebook", "qlae_no_wd", "tripod", "tripod_no_nhp",
-                           "tripod_no_klm", "tripod_finer"}
+                           "tripod_no_klm", "tripod_finer", "betavae", "betatcvae", "bioae", "vqvae", "vqvae_wd",
+                           "tripod_naive"}
     assert set(DATASETS) >= {"shapes2d", "sprites", "shapes3d", "mpi3d", "falcor3d", "isaac3d", "dsprites"}
 
 
@@ -28,7 +29,9 @@ def test_every_model_data_pair_composes_and_builds(model, data):
     assert net.encoder.__class__.__name__ == "SmallEncoder"
 
 
-@pytest.mark.parametrize("model, arch", [("ae", "ConvEncoder"), ("qlae", "ConvEncoder"), ("tripod", "ResidualEncoder")])
+@pytest.mark.parametrize("model, arch", [("ae", "ConvEncoder"), ("qlae", "ConvEncoder"), ("tripod", "ResidualEncoder"),
+                                         ("betavae", "ConvEncoder"), ("vqvae", "ConvEncoder"),
+                                         ("tripod_naive", "ResidualEncoder")])
 def test_paper_architectures_are_the_defaults(model, arch):
     cfg = compose_config([f"model={model}", "data=shapes3d"])
     net = instantiate(cfg.model, in_channels=3, resolution=64)
@@ -64,12 +67,66 @@ def test_ablations_keep_tripods_tuned_values_and_switch_one_thing_off():
     assert glob.latent.values.shape == (1, 10)
 
 
+NEW_MODELS = ("betavae", "betatcvae", "bioae", "vqvae", "vqvae_wd", "tripod_naive")
+
+
+@pytest.mark.parametrize("arch", ["small", "qlae", "tripod"])
+@pytest.mark.parametrize("model", NEW_MODELS)
+def test_new_models_compose_with_every_architecture(model, arch):
+    cfg = compose_config([f"model={model}", "data=shapes3d", f"model/arch={arch}"])
+    net = instantiate(cfg.model, in_channels=3, resolution=16)
+    assert net.encoder.out_features == net.latent.in_features
+    assert net.decoder.in_features == net.latent.out_features
+    if model == "tripod_naive":  # activation normalisation for the vanilla Hessian penalty, on every decoder
+        assert cfg.model.arch.decoder.normalize_outputs is True
+
+
+def test_qlae_protocol_baselines_get_the_authors_per_dataset_values():
+    """spec qlae.md §6.2: beta-VAE's beta, beta-TCVAE's beta, BioAE's lambda_activity, VQ-VAE's weight decay."""
+    values = {
+        "betavae": ("latent.beta", {"shapes3d": 3.0, "mpi3d": 0.1, "falcor3d": 10.0, "isaac3d": 0.3}),
+        "betatcvae": ("regularizers.tcvae.beta", {"shapes3d": 3.0, "mpi3d": 0.3, "falcor3d": 3.0, "isaac3d": 1.0}),
+        "bioae": ("regularizers.bio.activity_weight",
+                  {"shapes3d": 0.01, "mpi3d": 0.01, "falcor3d": 0.01, "isaac3d": 0.1}),
+        "vqvae": ("optimizer.weight_decay", {"shapes3d": 0.0, "isaac3d": 0.0}),
+        "vqvae_wd": ("optimizer.weight_decay", {"shapes3d": 0.01, "mpi3d": 0.01}),
+    }
+    for model, (key, per_data) in values.items():
+        for data, value in per_data.items():
+            cfg = compose_config([f"model={model}", f"data={data}"])
+            assert OmegaConf.select(cfg.model, key) == pytest.approx(value), (model, data)
+            assert cfg.model.batch_size == 128 and cfg.model.optimizer.lr == pytest.approx(1e-3)
+    assert compose_config(["model=betavae"]).model.optimizer.weight_decay == 0
+    assert compose_config(["model=bioae"]).model.optimizer.weight_decay == pytest.approx(1e-4)
+    tcvae = compose_config(["model=betatcvae"]).model
+    assert tcvae.latent.beta == 0 and tcvae.regularizers.tcvae.alpha == 1 and tcvae.regularizers.tcvae.gamma == 1
+
+
+def test_naive_tripod_is_qlae_quantization_with_fixed_bandwidth_klm_and_the_vanilla_hessian_penalty():
+    cfg = compose_config(["model=tripod_naive", "data=isaac3d"])
+    net = instantiate(cfg.model, in_channels=3, resolution=16)
+    assert type(net.latent).__name__ == "LatentQuantizer" and net.latent.n_values == 10
+    assert net.regularizers["klm"].bandwidth == 1.0 and net.regularizers["nhp"].normalized is False
+    assert net.decoder.normalize_outputs is True and cfg.model.batch_size == 64
+    assert (net.regularizers["klm"].weight, net.regularizers["nhp"].weight) == (1e-4, 1e-8)  # Tripod's values
+
+
 def test_any_regularizer_attaches_to_any_model_from_the_command_line():
     cfg = compose_config(["model=qlae", "model/arch=small", "+regularizer=nhp", "model.regularizers.nhp.weight=0.5"])
     net = instantiate(cfg.model, in_channels=3, resolution=32)
     assert set(net.regularizers) == {"nhp"} and net.regularizers["nhp"].weight == 0.5
     cfg = compose_config(["model=ae", "model/arch=small", "+regularizer=[klm,nhp]"])
     assert set(instantiate(cfg.model, in_channels=3, resolution=32).regularizers) == {"klm", "nhp"}
+    for model, reg in (("betavae", "nhp"), ("vqvae", "klm"), ("betavae", "tcvae"), ("qlae", "bio"),
+                       ("betatcvae", "bio"), ("tripod", "bio")):
+        cfg = compose_config([f"model={model}", "model/arch=small", f"+regularizer={reg}"])
+        assert reg in instantiate(cfg.model, in_channels=3, resolution=32).regularizers, (model, reg)
+
+
+def test_the_latent_module_swaps_from_the_command_line():
+    cfg = compose_config(["model=ae", "model/arch=small", "model/latent=gaussian", "+regularizer=tcvae"])
+    net = instantiate(cfg.model, in_channels=3, resolution=32)
+    assert type(net.latent).__name__ == "GaussianLatent" and "tcvae" in net.regularizers
 
 
 def test_slurm_launcher_config_composes():

@@ -71,19 +71,26 @@ def test_cli_run_lands_in_the_hydra_run_dir_and_prints_the_table(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "override, message",
+    "model, override, message",
     [
-        ("model.latent.n_values=1", "n_values must be >= 2"),
-        ("model.regularizers.klm.weight=-1", "weight must be a non-negative"),
-        ("model.batch_size=0", "batch_size must be >= 1"),
-        ("model.n_latents=0", "n_latents must be >= 1"),
-        ("model.optimizer.weight_decay=-0.1", "weight_decay must be >= 0"),
-        ("trainer.max_steps=0", "max_steps must be >= 1"),
-        ("+model.regularizers.nhp.weight=1", "attach one with \\+regularizer=nhp"),
+        ("qlae", "model.latent.n_values=1", "n_values must be >= 2"),
+        ("tripod", "model.regularizers.klm.weight=-1", "weight must be a non-negative"),
+        ("tripod", "model.batch_size=0", "batch_size must be >= 1"),
+        ("tripod", "model.n_latents=0", "n_latents must be >= 1"),
+        ("qlae", "model.optimizer.weight_decay=-0.1", "weight_decay must be >= 0"),
+        ("tripod", "trainer.max_steps=0", "max_steps must be >= 1"),
+        ("qlae", "+model.regularizers.nhp.weight=1", "attach one with \\+regularizer=nhp"),
+        ("betavae", "model.latent.beta=-1", r"model.latent: beta must be a non-negative number"),
+        ("betatcvae", "model.regularizers.tcvae.beta=-1", "beta must be a non-negative number"),
+        ("vqvae", "model.latent.codebook_size=1", r"model.latent: codebook_size must be an integer >= 2"),
+        ("vqvae", "model.latent.code_dim=0", r"model.latent: code_dim must be an integer >= 1"),
+        ("ae", "+regularizer=tcvae", (r"model.regularizers.tcvae: DecomposedKL needs a gaussian latent distribution, "
+                                     r"but the latent module is ContinuousLatent")),
+        ("qlae", "+regularizer=tcvae", "needs a gaussian latent distribution"),
+        ("betavae", "model.density_scale=-1", "density_scale must be 'per_pixel' or a number > 0"),
     ],
 )
-def test_invalid_values_fail_before_training_with_a_clear_message(override, message, tmp_path):
-    model = "qlae" if any(k in override for k in ("n_values", "weight_decay", "nhp")) else "tripod"
+def test_invalid_values_fail_before_training_with_a_clear_message(model, override, message, tmp_path):
     cfg = compose_config(FAST + [f"model={model}", override], output_dir=tmp_path)
     with pytest.raises(ConfigError, match=message) as info:
         train(cfg)
@@ -197,3 +204,88 @@ def test_wandb_logger_runs_offline_with_the_real_library(tmp_path):
     files = {p.name for p in runs[0].rglob("*")}
     assert any(name.endswith(".wandb") for name in files)
     assert list(runs[0].rglob("*.png")), "figures were not logged to W&B"
+
+
+def test_a_regularizer_that_needs_a_distribution_fails_on_the_command_line_naming_it(tmp_path):
+    res = run_cli(*FAST, "model=ae", "+regularizer=tcvae", f"hydra.run.dir={tmp_path}")
+    assert res.returncode == 2
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "gaussian latent" in lines[0] and "model/latent=gaussian" in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_tcvae_takes_the_dataset_size_from_the_data_module_and_stops_when_there_is_none(tmp_path):
+    cfg = compose_config(FAST + ["model=betatcvae", "data=sprites"], output_dir=tmp_path)
+    job = build(cfg)
+    assert job.model.dataset_size == job.datamodule.num_samples == 3 * 6 * 40 * 32 * 32
+    job.model.dataset_size = None  # a model built without it reads it from the data module at fit time
+    job.trainer.fit(job.model, datamodule=job.datamodule)
+    assert job.model.dataset_size == job.datamodule.num_samples
+    other = build(compose_config(FAST + ["model=betatcvae", "data=sprites"], output_dir=tmp_path / "b"))
+    other.model.dataset_size = None
+    other.datamodule.num_samples = 0  # a data module that cannot say its size
+    with pytest.raises(ConfigError, match=r"model.regularizers.tcvae needs the training set's size") as info:
+        other.trainer.fit(other.model, datamodule=other.datamodule)
+    assert "\n" not in str(info.value) and other.trainer.global_step == 0
+
+
+def test_density_terms_are_divided_by_the_pixel_count_and_other_terms_are_not(tmp_path):
+    """β-VAE: BCE + β KL / D_x; β-TCVAE: BCE + (MI + β TC + DWKL) / D_x (spec qlae.md §4.3-4.4); BioAE: not scaled
+    (§4.5); with density_scale=1 the terms count in nats per image."""
+    d_x = 3 * 16 * 16
+    x = torch.rand(8, 3, 16, 16)
+    for overrides, expected in (
+        (["model=betavae", "model.latent.beta=3"], {"kl": 3 / d_x}),
+        (["model=betatcvae", "model.regularizers.tcvae.beta=5"], {"kl": 0.0, "mi": 1 / d_x, "tc": 5 / d_x,
+                                                                  "dwkl": 1 / d_x}),
+        (["model=bioae", "model.regularizers.bio.activity_weight=0.3"], {"nonneg": 1.0, "activity": 0.3}),
+        (["model=betavae", "model.latent.beta=3", "model.density_scale=1"], {"kl": 3.0}),
+    ):
+        job = build(compose_config(FAST + ["data=shapes2d"] + overrides, output_dir=tmp_path))
+        terms, weights = job.model.loss_terms(x)
+        assert weights == pytest.approx({"reconstruction": 1.0, **expected}), overrides
+        assert all(torch.isfinite(v) for v in terms.values())
+
+
+def test_evaluation_sees_mu_for_gaussians_and_code_indices_for_vq(tmp_path):
+    extra = ["callbacks.evaluation.save_latents=true", "callbacks.evaluation.every_n_steps=0"]
+    cfg = compose_config(FAST + extra + ["model=vqvae", "data=shapes2d", "model.latent.codebook_size=32",
+                                         "model.latent.code_dim=4"], output_dir=tmp_path / "vq")
+    result_vq = train(cfg)
+    z = np.load(tmp_path / "vq" / "latents.npz")["latents"]
+    assert z.shape[1] == 12 and np.array_equal(z, z.round()) and z.min() >= 0 and z.max() < 32
+    record = json.loads((tmp_path / "vq" / "metrics.json").read_text())
+    assert record["discrete_latents"] is True and math.isfinite(result_vq["infoe"])
+    assert (tmp_path / "vq" / "interventions.png").stat().st_size > 1000  # code sweeps, decoded
+
+    # InfoE's auto features are one-hot for the categorical codes; interventions step through the codes in use
+    job = build(cfg)
+    job.model.eval()
+    prepared = job.evaluation.prepare(job.model, job.datamodule, step=0, final=False, write=False,
+                                      metrics=("infomec",))
+    assert prepared.infoe_features == "onehot"
+    seen = []
+    decode = job.model.decode_representation
+    job.model.decode_representation = lambda r: seen.append(r.clone()) or decode(r)
+    codes = np.zeros((50, 12))
+    codes[:, 3] = np.repeat([3, 7, 9, 30, 31], 10)  # latent 3 uses five codes; the others one each
+    job.evaluation._decode_interventions(job.model, job.datamodule, codes)
+    grid = seen[0].reshape(job.evaluation.n_interventions, 12, 12)
+    assert set(grid[:, 3, 3].tolist()) == {3.0, 9.0, 31.0}  # 3 steps through the used codes, ends included
+    assert (grid[:, 0, 0] == 0).all()
+
+    cfg = compose_config(FAST + extra + ["model=betavae", "data=shapes2d"], output_dir=tmp_path / "vae")
+    job = build(cfg)
+    train(cfg)
+    z = np.load(tmp_path / "vae" / "latents.npz")["latents"]
+    record = json.loads((tmp_path / "vae" / "metrics.json").read_text())
+    assert record["discrete_latents"] is False
+    model = job.model
+    ckpt = torch.load(tmp_path / "vae" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    model.load_state_dict(ckpt["state_dict"])
+    model.eval()
+    images, _ = job.datamodule.gather(job.datamodule.eval_indices()[:5])
+    with torch.no_grad():
+        mu = model.encoder(images)[:, :12]
+        assert np.allclose(z[:5], mu.numpy(), atol=1e-5)  # the posterior mean, not a sample
+        assert torch.equal(model.embed(images)[0], model.embed(images)[0])  # deterministic at evaluation
