@@ -129,12 +129,9 @@ def test_prepared_hdf5_dataset_trains(tmp_path):
         f.attrs["factor_names"] = ["object_shape", "robot_x", "robot_y", "camera_height", "object_scale",
                                    "lighting_intensity", "lighting_direction", "object_color", "wall_color"]
         f.attrs["complete"] = True
-    cfg = compose_config(
-        [o for o in FAST if not o.startswith("data.resolution")]
-        + ["model=tripod", "data=isaac3d", f"data.root={tmp_path}", f"data.factor_sizes={sizes}",
-           "data.eval_size=256"],
-        output_dir=tmp_path / "run",
-    )
+    cfg_overrides = [o for o in FAST if not o.startswith("data.resolution")] + [
+        "model=tripod", "data=isaac3d", f"data.root={tmp_path}", f"data.factor_sizes={sizes}", "data.eval_size=256"]
+    cfg = compose_config(cfg_overrides, output_dir=tmp_path / "run")
     job = build(cfg)
     assert isinstance(job.datamodule.data.images, np.memmap)  # contiguous cache: mapped, not read
     x, s = job.datamodule.gather(torch.tensor([0, 511, 7]))
@@ -142,6 +139,12 @@ def test_prepared_hdf5_dataset_trains(tmp_path):
     assert torch.allclose(x * 255, torch.as_tensor(images[[0, 511, 7]]).float())
     train(cfg)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["data"] == "isaac3d"
+    # a stochastic model on the same cache: beta-TCVAE's N is the cache's image count
+    vae = compose_config([o.replace("model=tripod", "model=betatcvae") for o in cfg_overrides],
+                         output_dir=tmp_path / "vae")
+    assert build(vae).model.dataset_size == 512
+    train(vae)
+    assert json.loads((tmp_path / "vae" / "metrics.json").read_text())["method"] == "betatcvae"
 
 
 def test_missing_dataset_raises_before_any_work(tmp_path):
