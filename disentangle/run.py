@@ -61,6 +61,9 @@ def train(cfg: DictConfig) -> dict:
     job = build(cfg)
     # the loader yields index batches (cheap); images are made on the device, so no workers are needed
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    # manual optimization: a checkpoint at step N holds the weights after N updates, as with automatic
+    # optimization; that is what resuming needs, so Lightning's warning about the post-step state is noise
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     start = time.perf_counter()
     job.trainer.fit(job.model, datamodule=job.datamodule)
     wall = time.perf_counter() - start

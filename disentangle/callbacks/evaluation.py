@@ -395,8 +395,9 @@ class DisentanglementEvaluation(pl.Callback):
     @torch.no_grad()
     def _decode_interventions(self, pl_module, datamodule, z: np.ndarray) -> np.ndarray:
         """Sweep each latent over its [min, max] on the evaluation set from the first evaluation image (spec
-        qlae.md §9.1); a categorical latent (VQ code indices) steps through the codes it uses on the evaluation
-        set instead, since labels in between mean nothing. (n_interventions, n_z, C, H, W) in [0, 1]."""
+        qlae.md §9.1); a categorical latent (VQ, QVAE code indices) steps through the codes it uses on the
+        evaluation set instead, since labels in between mean nothing, in the latent module's order (scalar codebooks:
+        by value). (n_interventions, n_z, C, H, W) in [0, 1]."""
         images, _ = datamodule.gather(datamodule.eval_indices()[:1].to(pl_module.device))
         base, _ = pl_module.embed(images)
         steps = np.linspace(0.0, 1.0, self.n_interventions)
@@ -404,14 +405,15 @@ class DisentanglementEvaluation(pl.Callback):
         grid = base.float().repeat(self.n_interventions * n_z, 1).reshape(self.n_interventions, n_z, n_z).clone()
         for j in range(n_z):
             if _categorical(pl_module):
-                codes = np.unique(z[:, j])
-                sweep = codes[np.round(steps * (len(codes) - 1)).astype(int)]
+                codes = pl_module.latent.order_codes(torch.as_tensor(np.unique(z[:, j]), device=grid.device))
+                sweep = codes[torch.as_tensor(np.round(steps * (len(codes) - 1)).astype(int), device=grid.device)]
             else:
                 sweep = z[:, j].min() + steps * (z[:, j].max() - z[:, j].min())
             grid[:, j, j] = torch.as_tensor(sweep, dtype=grid.dtype, device=grid.device)
         # in representation space (mu for a Gaussian, code indices for VQ), mapped back by the latent module
         decode = getattr(pl_module, "decode_representation", pl_module.decode)
-        decoded = torch.sigmoid(decode(grid.reshape(-1, n_z))).float().cpu().numpy()
+        to_image = getattr(pl_module, "to_image", torch.sigmoid)
+        decoded = to_image(decode(grid.reshape(-1, n_z))).float().cpu().numpy()
         return decoded.reshape(self.n_interventions, n_z, *decoded.shape[1:])
 
     @torch.no_grad()

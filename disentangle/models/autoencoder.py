@@ -1,9 +1,14 @@
 """The shared autoencoder LightningModule: encoder -> latent module -> decoder, plus regularizers.
 
-AE, QLAE, Tripod, the VAEs (β-VAE, β-TCVAE), BioAE, VQ-VAE and their ablations are configurations of this
-one class: they differ only in the latent module, the regularizers attached and the optimizer settings. A
-new method overrides a hook (``reconstruction_loss``, ``extra_terms``) in a small subclass; the training
-step stays here.
+AE, QLAE, Tripod, the VAEs (β-VAE, β-TCVAE, FactorVAE), BioAE, VQ-VAE, the FactorQVAE family (QVAE, dVAE and
+their Factor variants) and their ablations are configurations of this one class: they differ only in the latent
+module, the regularizers attached, the reconstruction loss and the optimizer settings. A new method overrides a
+hook (``reconstruction_loss``, ``extra_terms``) in a small subclass; the training step stays here.
+
+Optimisation is manual (one step of the model's optimizer per batch, then one step of each adversarial
+regularizer's own optimizer, then the lr schedulers) so that a regularizer can own a network trained against the
+model (FactorVAE's discriminator); Lightning still saves and restores every optimizer and scheduler, and the
+global step counts batches.
 """
 from __future__ import annotations
 
@@ -12,12 +17,16 @@ from collections.abc import Callable, Mapping
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from pytorch_lightning.core.optimizer import LightningOptimizer
 from torch import nn
 
 from ..errors import ConfigError, NonFiniteLossError
 from ..quantizers.base import LatentModule, LatentOutput
 from ..regularizers.base import Regularizer, StepContext
 from ..regularizers.weight_decay import decay_groups
+from ..schedules import build_scheduler
+
+RECONSTRUCTIONS = ("bce", "mse")
 
 
 def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -26,8 +35,14 @@ def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logits, x, reduction="mean")
 
 
+def mse_reconstruction(output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Per-element mean squared error of the decoder output against the image centred to [-0.5, 0.5]
+    (FactorQVAE authors' code; spec factorqvae.md §5, A4)."""
+    return F.mse_loss(output, x - 0.5)
+
+
 class Autoencoder(pl.LightningModule):
-    """Deterministic autoencoder with a pluggable latent module and regularizers.
+    """Autoencoder with a pluggable (deterministic or stochastic) latent module and regularizers.
 
     Args:
         arch: {"encoder": factory, "decoder": factory} (Hydra ``_partial_``), completed here with the
@@ -36,9 +51,11 @@ class Autoencoder(pl.LightningModule):
         in_channels, resolution: image shape, taken from the data module.
         regularizers: name -> Regularizer; those with weight 0 are dropped (not computed).
         optimizer: lr, betas, eps, weight_decay (AdamW on network weights only), clip_value
-            (element-wise gradient clipping; None/0 disables) and clip_undecayed (also clip biases and
-            codebooks; the QLAE authors clip only the decayed group, Tripod's clip everything).
-        batch_size: the method's paper batch size (read by the data config; stored for reference).
+            (element-wise gradient clipping; None/0 disables), clip_undecayed (also clip biases and
+            codebooks; the QLAE authors clip only the decayed group, Tripod's clip everything) and schedule
+            (None = constant lr; {kind: cosine, steps, final_lr, after: hold|periodic}, per step).
+        batch_size: the method's paper batch size (read by the data config). With a regularizer that draws its
+            negatives from a second batch, each loader batch is split in two halves.
         tuned: the config's per-dataset value table; the values for the chosen dataset have already
             been interpolated into the arguments above, so it is only kept for the record.
         dataset_size: number of training images, for estimators that need it (β-TCVAE's minibatch-weighted
@@ -47,7 +64,9 @@ class Autoencoder(pl.LightningModule):
         density_scale: factor on the weight of every term measured in nats per image (a Gaussian KL,
             β-TCVAE's MI/TC/DWKL): ``"per_pixel"`` = 1/D_x with D_x = channels x resolution^2, which puts them
             on the per-pixel-mean BCE's scale (spec qlae.md §4.3-4.4); a number uses that factor (1 = nats
-            per image, for a summed reconstruction).
+            per image, for a summed reconstruction or FactorQVAE's calibration).
+        reconstruction: ``"bce"`` (decoder outputs logits, image = sigmoid; QLAE, Tripod) or ``"mse"`` (decoder
+            outputs the image centred to [-0.5, 0.5], image = output + 0.5; FactorQVAE).
     """
 
     def __init__(
@@ -64,14 +83,20 @@ class Autoencoder(pl.LightningModule):
         tuned: Mapping | None = None,
         dataset_size: int | None = None,
         density_scale: float | str = "per_pixel",
+        reconstruction: str = "bce",
     ):
         super().__init__()
+        self.automatic_optimization = False
         if int(n_latents) < 1:
             raise ValueError(f"model.n_latents must be >= 1 (got {n_latents})")
         if int(batch_size) < 1:
             raise ValueError(f"model.batch_size must be >= 1 (got {batch_size})")
+        if reconstruction not in RECONSTRUCTIONS:
+            raise ValueError(f"model.reconstruction must be one of {list(RECONSTRUCTIONS)} (got {reconstruction!r})")
         self.method = name
         self.n_latents = int(n_latents)
+        self.batch_size = int(batch_size)
+        self.reconstruction = reconstruction
         self.in_channels, self.resolution = int(in_channels), int(resolution)
         try:
             self.latent = latent(n_latents=self.n_latents)
@@ -97,6 +122,12 @@ class Autoencoder(pl.LightningModule):
             except ValueError as exc:
                 raise ValueError(f"model.regularizers.{key}: {exc}") from exc
         self.regularizers = nn.ModuleDict(active)
+        self.split_batch = any(reg.uses_second_batch for reg in active.values())
+        if self.split_batch and self.batch_size % 2:
+            raise ValueError(
+                f"model.batch_size={self.batch_size} must be even: a regularizer takes its negatives from the second "
+                f"half of each batch"
+            )
         self.optim_cfg = _optimizer_config(optimizer or {})
         self.run_config: dict | None = None  # the composed Hydra config, stored in checkpoints
 
@@ -105,18 +136,27 @@ class Autoencoder(pl.LightningModule):
     def discrete_latents(self) -> bool:
         return bool(self.latent.discrete)
 
+    @property
+    def adversaries(self) -> list[Regularizer]:
+        """Regularizers that train a network of their own against the model, in optimizer order."""
+        return [reg for reg in self.regularizers.values() if reg.adversarial]
+
     def encode(self, x: torch.Tensor) -> LatentOutput:
         return self.latent(self.encoder(x))
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """Logits of the reconstruction; the image is their sigmoid."""
+        """The decoder's output: logits (``reconstruction="bce"``) or the centred image (``"mse"``)."""
         return self.decoder(z)
+
+    def to_image(self, output: torch.Tensor) -> torch.Tensor:
+        """Decoder output -> image (in [0, 1] up to an MSE model's overshoot)."""
+        return torch.sigmoid(output) if self.reconstruction == "bce" else output + 0.5
 
     @torch.no_grad()
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(evaluation representation, reconstructed image in [0, 1])."""
+        """(evaluation representation, reconstructed image)."""
         out = self.encode(x)
-        return self.latent.representation(out), torch.sigmoid(self.decode(out.z))
+        return self.latent.representation(out), self.to_image(self.decode(out.z))
 
     @torch.no_grad()
     def represent(self, x: torch.Tensor) -> torch.Tensor:
@@ -124,12 +164,12 @@ class Autoencoder(pl.LightningModule):
         return self.latent.representation(self.encode(x))
 
     def decode_representation(self, representation: torch.Tensor) -> torch.Tensor:
-        """Logits decoded from (edited) evaluation representations: mu for a Gaussian, code indices for VQ."""
+        """Decoder output for (edited) evaluation representations: mu for a Gaussian, code indices for VQ."""
         return self.decode(self.latent.decoder_input(representation))
 
     # -- hooks a method may override ---------------------------------------------------------------
-    def reconstruction_loss(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return bce_reconstruction(logits, x)
+    def reconstruction_loss(self, output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return bce_reconstruction(output, x) if self.reconstruction == "bce" else mse_reconstruction(output, x)
 
     def extra_terms(self, ctx: StepContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """Method-specific loss terms and their weights (none for AE/QLAE/Tripod)."""
@@ -138,6 +178,11 @@ class Autoencoder(pl.LightningModule):
     # -- the training step, written once -----------------------------------------------------------
     def loss_terms(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """All unweighted loss terms of one batch and the weight of each."""
+        terms, weights, _ = self.step_terms(x)
+        return terms, weights
+
+    def step_terms(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float], StepContext]:
+        """:meth:`loss_terms` plus the step's context (what adversarial regularizers train on)."""
         pre = self.encoder(x)
         latent = self.latent(pre)
         needs = {name for reg in self.regularizers.values() for name in reg.needs_activations}
@@ -160,16 +205,55 @@ class Autoencoder(pl.LightningModule):
         extra, extra_weights = self.extra_terms(ctx)
         terms.update(extra)
         weights.update(extra_weights)
-        return terms, weights
+        return terms, weights, ctx
 
     def _scale(self, name: str, density_terms: frozenset[str]) -> float:
         return self.density_scale if name in density_terms else 1.0
 
+    def optimization_step(self, x: torch.Tensor, optimizers) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One update: the model's optimizer (``optimizers[0]``) on the weighted loss of ``x`` (its first half
+        when a regularizer takes a second batch), then each adversarial regularizer's own optimizer (the
+        following entries, in :attr:`adversaries` order). Works with Lightning's optimizers and with plain torch
+        ones (the benchmark). Returns the loss and everything to log."""
+        x_aux = None
+        if self.split_batch:
+            x, x_aux = x.chunk(2)
+        terms, weights, ctx = self.step_terms(x)
+        loss = sum(weights[name] * value for name, value in terms.items())
+        if not torch.isfinite(loss):  # one host sync per step; names the culprit only when needed
+            bad = [name for name, value in terms.items() if not torch.isfinite(value)] or ["total"]
+            raise NonFiniteLossError(
+                f"non-finite loss at step {self.global_step}: term '{bad[0]}' = {terms.get(bad[0], loss).item()}"
+            )
+        main = optimizers[0]
+        main.zero_grad(set_to_none=True)
+        if isinstance(main, LightningOptimizer):
+            self.manual_backward(loss)
+            main.step()  # Lightning calls on_before_optimizer_step (clipping) inside
+        else:
+            loss.backward()
+            self.on_before_optimizer_step(main)
+            main.step()
+        logs = {name: value.detach() for name, value in terms.items()}
+        for reg, optimizer in zip(self.adversaries, optimizers[1:]):
+            # the raw optimizer: its step must not count as a global step (Lightning counts wrapped steps)
+            raw = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+            logs.update(reg.discriminator_step(self, ctx, x_aux, raw))
+        return loss.detach(), logs
+
     def setup(self, stage: str) -> None:
-        """Before fitting: take the training set's size from the data module when a regularizer needs it."""
+        """Before fitting: take the training set's size from the data module when a regularizer needs it, and
+        refuse what is not supported yet."""
+        if stage != "fit":
+            return
+        if self.adversaries and self.trainer.world_size > 1:
+            raise ConfigError(
+                "an adversarial regularizer (its own optimizer) is not supported under multi-process training yet: "
+                "its discriminator's gradients would not be averaged across processes; use trainer.devices=1"
+            )
         needs = [key for key, reg in self.regularizers.items()
                  if reg.needs_dataset_size and getattr(reg, "dataset_size", None) is None]
-        if stage != "fit" or not needs or self.dataset_size is not None:
+        if not needs or self.dataset_size is not None:
             return
         datamodule = getattr(self.trainer, "datamodule", None)
         size = getattr(datamodule, "num_samples", None)
@@ -184,27 +268,34 @@ class Autoencoder(pl.LightningModule):
         self.latent.schedule(self.global_step)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x = batch[0]
-        terms, weights = self.loss_terms(x)
-        loss = sum(weights[name] * value for name, value in terms.items())
-        if not torch.isfinite(loss):  # one host sync per step; names the culprit only when needed
-            bad = [name for name, value in terms.items() if not torch.isfinite(value)] or ["total"]
-            raise NonFiniteLossError(
-                f"non-finite loss at step {self.global_step}: term '{bad[0]}' = {terms.get(bad[0], loss).item()}"
-            )
+        loss, logs = self.optimization_step(batch[0], _as_list(self.optimizers()))
+        for scheduler in _as_list(self.lr_schedulers()):
+            scheduler.step()
         self.log("train/loss", loss, prog_bar=True)
-        self.log_dict({f"train/{name}": value.detach() for name, value in terms.items()})
+        self.log_dict({f"train/{name}": value for name, value in logs.items()})
         return loss
 
     # -- optimisation ------------------------------------------------------------------------------
     def configure_optimizers(self):
+        """The model's AdamW (weight decay on network weights only), then each adversary's optimizer; their lr
+        schedulers, stepped once per batch by :meth:`training_step`."""
         cfg = self.optim_cfg
         groups = decay_groups(
             {"encoder": self.encoder, "decoder": self.decoder, "latent": self.latent},
             cfg["weight_decay"],
             exempt=[self.latent],
         )
-        return torch.optim.AdamW(groups, lr=cfg["lr"], betas=cfg["betas"], eps=cfg["eps"])
+        main = torch.optim.AdamW(groups, lr=cfg["lr"], betas=cfg["betas"], eps=cfg["eps"])
+        optimizers = [main]
+        schedulers = [build_scheduler(main, cfg["schedule"], "model.optimizer.schedule")]
+        for reg in self.adversaries:
+            optimizer, scheduler = reg.configure_optimizer()
+            optimizers.append(optimizer)
+            schedulers.append(scheduler)
+        schedulers = [s for s in schedulers if s is not None]
+        if len(optimizers) == 1 and not schedulers:
+            return main
+        return optimizers, schedulers
 
     def on_before_optimizer_step(self, optimizer) -> None:
         clip = self.optim_cfg["clip_value"]
@@ -218,6 +309,12 @@ class Autoencoder(pl.LightningModule):
         if self.run_config is not None:
             checkpoint["disentangle_config"] = self.run_config
         checkpoint["disentangle_shape"] = {"in_channels": self.in_channels, "resolution": self.resolution}
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _density_scale(value: float | str, pixels: int) -> float:
@@ -240,6 +337,7 @@ def _optimizer_config(cfg: Mapping) -> dict:
         "weight_decay": float(cfg.get("weight_decay", 0.0)),
         "clip_value": float(cfg.get("clip_value") or 0.0),
         "clip_undecayed": bool(cfg.get("clip_undecayed", False)),
+        "schedule": dict(cfg["schedule"]) if cfg.get("schedule") else None,
     }
     if not out["lr"] > 0:
         raise ValueError(f"model.optimizer.lr must be > 0 (got {out['lr']})")
@@ -249,4 +347,7 @@ def _optimizer_config(cfg: Mapping) -> dict:
         raise ValueError(f"model.optimizer.clip_value must be >= 0 (got {out['clip_value']})")
     if len(out["betas"]) != 2 or not all(0 <= b < 1 for b in out["betas"]):
         raise ValueError(f"model.optimizer.betas must be two numbers in [0, 1) (got {list(out['betas'])})")
+    if out["schedule"] is not None:  # fail before training, not at configure_optimizers
+        build_scheduler(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=out["lr"]), out["schedule"],
+                        "model.optimizer.schedule")
     return out

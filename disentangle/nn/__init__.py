@@ -2,15 +2,19 @@
 
 * :class:`ConvEncoder`, :class:`StyleDecoder`: QLAE's conv encoder and StyleGAN-like decoder (qlae spec §2).
 * :class:`ResidualEncoder`, :class:`ResidualDecoder`: Tripod's residual architectures (tripod spec §6).
+* :class:`DalleEncoder`, :class:`DalleDecoder`: FactorQVAE's DALL-E-style residual networks (factorqvae spec §3.2).
 * :class:`SmallEncoder`, :class:`SmallDecoder`: a small architecture for CPU runs and tests.
 """
 
+from .factorqvae import DalleDecoder, DalleEncoder
 from .qlae import ConvEncoder, StyleDecoder
 from .small import SmallDecoder, SmallEncoder
 from .tripod import ResidualDecoder, ResidualEncoder
 
 __all__ = [
     "ConvEncoder",
+    "DalleDecoder",
+    "DalleEncoder",
     "ResidualDecoder",
     "ResidualEncoder",
     "SmallDecoder",

@@ -4,6 +4,7 @@ from .base import LatentModule, LatentOutput
 from .continuous import ContinuousLatent
 from .fixed_grid import FixedGridQuantizer
 from .gaussian import GaussianLatent, gaussian_kl, gaussian_log_density
+from .gumbel import GumbelQuantizer, categorical_kl_uniform, relaxed_one_hot
 from .latent_quantizer import LatentQuantizer
 from .vector import VectorQuantizer
 
@@ -11,10 +12,13 @@ __all__ = [
     "ContinuousLatent",
     "FixedGridQuantizer",
     "GaussianLatent",
+    "GumbelQuantizer",
     "LatentModule",
     "LatentOutput",
     "LatentQuantizer",
     "VectorQuantizer",
+    "categorical_kl_uniform",
     "gaussian_kl",
     "gaussian_log_density",
+    "relaxed_one_hot",
 ]

@@ -45,8 +45,8 @@ class LatentModule(nn.Module):
     Class attributes a module sets:
         discrete: whether the metrics treat the representation as discrete (plug-in mutual information) or
             continuous (KSG).
-        distribution: the family of q(z|x) for regularizers that need one (``"gaussian"``), None when the
-            latent is deterministic.
+        distribution: the family of q(z|x) for regularizers that need one (``"gaussian"``, ``"categorical"``),
+            None when the latent is deterministic.
         density_terms: names among ``losses`` measured in nats per image (a KL); the model rescales their
             weight to the reconstruction's reduction (``Autoencoder(density_scale=...)``).
         categorical: the representation's values are unordered category labels (VQ code indices): InfoE's
@@ -78,6 +78,11 @@ class LatentModule(nn.Module):
         """How many numbers the decoder receives (``LatentOutput.z``'s width)."""
         return self.n_latents
 
+    @property
+    def sample_features(self) -> int | None:
+        """Width of ``LatentOutput.sample`` (n_latents groups of equal size), None for deterministic latents."""
+        return None if self.distribution is None else self.n_latents
+
     def schedule(self, step: int) -> None:
         """Called with the global step before every training step; a module whose behaviour follows a
         schedule (a Gumbel-softmax temperature) derives it from ``step`` here, so a resumed run is exact."""
@@ -89,6 +94,10 @@ class LatentModule(nn.Module):
     def decoder_input(self, representation: torch.Tensor) -> torch.Tensor:
         """Map (possibly edited) representations back to decoder inputs: decoded latent interventions."""
         return representation
+
+    def order_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """A categorical latent's codes in the order an intervention steps through them (as given by default)."""
+        return codes
 
 
 def straight_through(continuous: torch.Tensor, quantized: torch.Tensor) -> torch.Tensor:

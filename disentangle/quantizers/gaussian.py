@@ -26,7 +26,8 @@ class GaussianLatent(LatentModule):
     """q(z|x) = N(mu, diag sigma^2): the encoder's 2·n_z outputs are mu (first n_z) and a, sigma = softplus(a).
 
     Training: one reparameterised sample z = mu + sigma·eps goes to the decoder. Evaluation: z = mu, and mu is
-    the representation the metrics see, treated as continuous (spec §3.5, §8.1). Loss ``kl`` = batch mean of
+    the representation the metrics see, treated as continuous (spec §3.5, §8.1); ``representation="sample"``
+    gives them a fresh sample instead (the FactorQVAE authors' evaluation code, factorqvae.md §8.1). Loss ``kl`` = batch mean of
     :func:`gaussian_kl` in nats per image, weight ``beta`` (β-VAE's β; 0 when a regularizer such as β-TCVAE's
     decomposition replaces the KL). With a per-pixel-mean reconstruction the model divides it by D_x
     (``density_terms``), which gives the β-VAE loss BCE + β·KL/D_x of spec §4.3.
@@ -36,9 +37,12 @@ class GaussianLatent(LatentModule):
     distribution = "gaussian"
     density_terms = frozenset({"kl"})
 
-    def __init__(self, n_latents: int, beta: float = 1.0):
+    def __init__(self, n_latents: int, beta: float = 1.0, representation: str = "mean"):
         super().__init__(n_latents)
         self.weights = {"kl": check_weight("beta", beta)}
+        if representation not in ("mean", "sample"):
+            raise ValueError(f"representation must be one of ['mean', 'sample'] (got {representation!r})")
+        self.sampled_representation = representation == "sample"
 
     @property
     def in_features(self) -> int:
@@ -54,4 +58,7 @@ class GaussianLatent(LatentModule):
         )
 
     def representation(self, out: LatentOutput) -> torch.Tensor:
-        return out.params["mu"]
+        mu = out.params["mu"]
+        if self.sampled_representation:
+            return mu + out.params["sigma"] * torch.randn_like(mu)
+        return mu

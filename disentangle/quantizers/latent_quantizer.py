@@ -14,7 +14,8 @@ class LatentQuantizer(LatentModule):
     """Nearest-value quantization of each latent dimension to its own scalar codebook.
 
     * codebook ``values``: (n_latents, n_values), or (1, n_values) with ``shared_codebook=True``
-      (the "global codebook" ablation), initialised to linspace(init_low, init_high, n_values).
+      (the "global codebook" ablation), initialised to linspace(init_low, init_high, n_values), or with
+      ``init="normal"`` to N(0, 1) draws (the FactorQVAE paper's QLAE baseline, spec factorqvae.md §4.5).
     * forward value = nearest codebook value (first index on ties); gradient is straight-through to
       the encoder (``straight_through``), so the codebook gets no gradient through z.
     * ``quantize`` = mean_j (sg(z_c) - z_q)^2 moves only the codebook; ``commit`` = mean_j (z_c - sg(z_q))^2
@@ -33,6 +34,7 @@ class LatentQuantizer(LatentModule):
         shared_codebook: bool = False,
         quantize_weight: float = 0.01,
         commit_weight: float = 0.01,
+        init: str = "linspace",
     ):
         super().__init__(n_latents)
         if int(n_values) < 2:
@@ -42,8 +44,13 @@ class LatentQuantizer(LatentModule):
         self.n_values = int(n_values)
         self.shared_codebook = bool(shared_codebook)
         rows = 1 if self.shared_codebook else self.n_latents
-        init = torch.linspace(float(init_low), float(init_high), self.n_values)
-        self.values = nn.Parameter(init.repeat(rows, 1))
+        if init == "linspace":
+            values = torch.linspace(float(init_low), float(init_high), self.n_values).repeat(rows, 1)
+        elif init == "normal":
+            values = torch.randn(rows, self.n_values)
+        else:
+            raise ValueError(f"init must be one of ['linspace', 'normal'] (got {init!r})")
+        self.values = nn.Parameter(values)
         self.weights = {
             "quantize": check_weight("quantize_weight", quantize_weight),
             "commit": check_weight("commit_weight", commit_weight),

@@ -6,10 +6,12 @@ from .base import Regularizer, StepContext, batch_std
 from .bio import BiologicalConstraints, biological_constraints
 from .klm import KernelMultiInformation, kernel_multi_information
 from .nhp import NormalizedHessianPenalty, normalized_hessian_penalty
+from .tc_discriminator import AdversarialTotalCorrelation, discriminator_loss, permute_latents, tc_estimate
 from .tcvae import DecomposedKL, tcvae_decomposition
 from .weight_decay import decay_groups
 
 __all__ = [
+    "AdversarialTotalCorrelation",
     "BiologicalConstraints",
     "DecomposedKL",
     "KernelMultiInformation",
@@ -19,7 +21,10 @@ __all__ = [
     "batch_std",
     "biological_constraints",
     "decay_groups",
+    "discriminator_loss",
     "kernel_multi_information",
     "normalized_hessian_penalty",
+    "permute_latents",
+    "tc_estimate",
     "tcvae_decomposition",
 ]

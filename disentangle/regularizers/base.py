@@ -30,15 +30,23 @@ class Regularizer(nn.Module):
     Class attributes a regularizer sets:
         needs_activations: decoder activations it needs from the main forward pass.
         requires_distribution: the latent family it needs (``"gaussian"``), or None for any latent.
+        requires_sample: it reads ``LatentOutput.sample``, so the latent must be stochastic.
         needs_dataset_size: it reads ``StepContext.dataset_size`` (the model supplies the data module's size).
+        adversarial: it trains a network of its own after each model step: it implements
+            ``configure_optimizer() -> (optimizer, scheduler or None)`` and
+            ``discriminator_step(model, ctx, x_aux, optimizer) -> logs``.
+        uses_second_batch: its ``discriminator_step`` wants a second half-batch (``x_aux``).
         density_terms: names of its terms measured in nats per image (rescaled like a KL, see
             ``Autoencoder(density_scale=...)``).
     """
 
     needs_activations: tuple[str, ...] = ()
     requires_distribution: str | None = None
+    requires_sample: bool = False
     needs_dataset_size: bool = False
     density_terms: frozenset[str] = frozenset()
+    adversarial: bool = False
+    uses_second_batch: bool = False
 
     def __init__(self, weight: float):
         super().__init__()
@@ -54,6 +62,11 @@ class Regularizer(nn.Module):
                 f"{type(self).__name__} needs a {wanted} latent distribution, but the latent module is "
                 f"{type(model.latent).__name__} ({model.latent.distribution or 'deterministic'}); use a model "
                 f"with one or swap the latent with model/latent={wanted}"
+            )
+        if self.requires_sample and model.latent.sample_features is None:
+            raise ValueError(
+                f"{type(self).__name__} needs a sampled latent, but {type(model.latent).__name__} is deterministic; "
+                f"use a stochastic latent (model/latent=gaussian or model/latent=gumbel_quantizer)"
             )
 
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:  # pragma: no cover - interface

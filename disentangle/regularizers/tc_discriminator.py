@@ -1,0 +1,136 @@
+"""Total correlation by the density-ratio trick with an adversarial discriminator (FactorVAE, Kim & Mnih 2018;
+FactorQVAE spec factorqvae.md §3.3, §5, §6; Friede et al.'s variant: categorical_vae.md §5)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..quantizers.base import check_int
+from ..schedules import build_scheduler
+from .base import Regularizer, StepContext
+
+NEGATIVES = ("second_batch", "same_batch")
+
+
+def permute_latents(samples: torch.Tensor, n_latents: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Samples of prod_j q(z_j): each latent's block of columns (n_latents equal blocks of the last axis, e.g. a
+    latent's K one-hot entries) is permuted across the batch independently of the others (Kim & Mnih 2018)."""
+    b = samples.shape[0]
+    blocks = samples.reshape(b, n_latents, -1)
+    order = torch.argsort(torch.rand(n_latents, b, device=samples.device, generator=generator), dim=1)  # (n, B)
+    index = order.t().unsqueeze(-1).expand_as(blocks)  # row i of latent j comes from row order[j, i]
+    return torch.gather(blocks, 0, index).reshape(samples.shape)
+
+
+def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 6, negative_slope: float = 0.2) -> nn.Sequential:
+    """``layers`` linear layers of ``hidden`` units, each followed by LeakyReLU, then a linear map to 2 logits
+    (class 0 = joint sample, class 1 = permuted); weights N(0, 0.02), zero biases (authors' code)."""
+    modules: list[nn.Module] = []
+    width = in_features
+    for _ in range(layers):
+        modules += [nn.Linear(width, hidden), nn.LeakyReLU(negative_slope)]
+        width = hidden
+    modules.append(nn.Linear(width, 2))
+    net = nn.Sequential(*modules)
+    for m in net:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            nn.init.zeros_(m.bias)
+    return net
+
+
+def tc_estimate(logits: torch.Tensor) -> torch.Tensor:
+    """Per-sample log D(z) / (1 - D(z)) = logit_0 - logit_1 with D = softmax(logits)_0 (spec eqs. 6-7)."""
+    return logits[:, 0] - logits[:, 1]
+
+
+def discriminator_loss(joint_logits: torch.Tensor, permuted_logits: torch.Tensor) -> torch.Tensor:
+    """0.5 (CE(D(z), 0) + CE(D(z_perm), 1)): the negative of the paper's eq. 8, which is to be maximised."""
+    zeros = torch.zeros(joint_logits.shape[0], dtype=torch.long, device=joint_logits.device)
+    ones = torch.ones(permuted_logits.shape[0], dtype=torch.long, device=permuted_logits.device)
+    return 0.5 * (F.cross_entropy(joint_logits, zeros) + F.cross_entropy(permuted_logits, ones))
+
+
+class AdversarialTotalCorrelation(Regularizer):
+    """gamma · mean_b (D(z)_0 - D(z)_1) on the latent module's samples, with D trained by its own optimizer.
+
+    Reads ``LatentOutput.sample`` (a Gaussian's z for FactorVAE; the relaxed one-hot codes, n_latents·K, for
+    FactorQVAE/FactordVAE), so it attaches to any model with a sampled latent. After the model's own step, the
+    model calls :meth:`discriminator_step`: D learns to tell the (detached) joint samples from samples whose
+    latents were permuted independently across a batch:
+      ``negatives="second_batch"`` (FactorQVAE authors' code, Algorithm 1): the permuted samples come from a second
+      half-batch encoded with the *updated* encoder; the model splits each loader batch in two for it;
+      ``negatives="same_batch"`` (Friede et al., disentanglement_lib): permute the same batch's samples.
+    D: ``layers`` x Linear(hidden) + LeakyReLU(negative_slope), then Linear(2). Its optimizer (Adam, ``optimizer``
+    = {lr, betas, eps}) and optional lr ``schedule`` are returned to Lightning with the model's, so checkpoints
+    save and restore them.
+    """
+
+    requires_sample = True
+    adversarial = True
+    term = "adv_tc"
+
+    def __init__(
+        self,
+        weight: float = 1e-4,
+        negatives: str = "second_batch",
+        hidden: int = 1000,
+        layers: int = 6,
+        negative_slope: float = 0.2,
+        optimizer: Mapping | None = None,
+        schedule: Mapping | None = None,
+    ):
+        super().__init__(weight)
+        if negatives not in NEGATIVES:
+            raise ValueError(f"negatives must be one of {list(NEGATIVES)} (got {negatives!r})")
+        self.negatives = negatives
+        self.uses_second_batch = negatives == "second_batch"
+        self.hidden = check_int("hidden", hidden, 1)
+        self.layers = check_int("layers", layers, 1)
+        self.negative_slope = float(negative_slope)
+        opt = dict(optimizer or {})
+        self.optimizer_cfg = {"lr": float(opt.get("lr", 1e-3)), "betas": tuple(opt.get("betas", (0.9, 0.999))),
+                              "eps": float(opt.get("eps", 1e-8))}
+        if not self.optimizer_cfg["lr"] > 0:
+            raise ValueError(f"optimizer.lr must be > 0 (got {self.optimizer_cfg['lr']})")
+        self.schedule = dict(schedule) if schedule else None
+        self.discriminator: nn.Module | None = None
+        self.n_latents = 0
+
+    def bind(self, model) -> None:
+        super().bind(model)
+        self.n_latents = model.latent.n_latents
+        self.discriminator = discriminator_net(model.latent.sample_features, self.hidden, self.layers,
+                                               self.negative_slope)
+
+    def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:
+        # D's parameters enter the model's loss as constants: the gradient reaches the samples (and the encoder),
+        # and no time is spent on D's own gradients, which only its optimizer's step may set
+        frozen = {name: p.detach() for name, p in self.discriminator.named_parameters()}
+        logits = torch.func.functional_call(self.discriminator, frozen, (ctx.latent.sample,))
+        return {self.term: tc_estimate(logits).mean()}
+
+    def configure_optimizer(self):
+        opt = torch.optim.Adam(self.discriminator.parameters(), **self.optimizer_cfg)
+        return opt, build_scheduler(opt, self.schedule, "discriminator schedule")
+
+    def discriminator_step(self, model, ctx: StepContext, x_aux: torch.Tensor | None,
+                           optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+        """One update of D on detached samples; returns its loss and accuracy for logging."""
+        joint = ctx.latent.sample.detach()
+        if self.uses_second_batch:
+            with torch.no_grad():  # the updated encoder, sampling as in training
+                source = model.latent(model.encoder(x_aux)).sample
+        else:
+            source = joint
+        permuted = permute_latents(source, self.n_latents)
+        optimizer.zero_grad(set_to_none=True)
+        joint_logits, permuted_logits = self.discriminator(joint), self.discriminator(permuted)
+        loss = discriminator_loss(joint_logits, permuted_logits)
+        loss.backward()
+        optimizer.step()
+        accuracy = 0.5 * ((joint_logits.argmax(1) == 0).float().mean() + (permuted_logits.argmax(1) == 1).float().mean())
+        return {"disc_loss": loss.detach(), "disc_accuracy": accuracy.detach()}
