@@ -37,6 +37,11 @@ STEP_CASES = [
     ("tripod w/o nhp", ["model=tripod_no_nhp"]),
     ("tripod_naive", ["model=tripod_naive"]),
     ("tripod", ["model=tripod"]),
+    ("ae_fq", ["model=ae_fq"]),  # the FactorQVAE paper's family, on its DALL-E-style networks
+    ("qvae", ["model=qvae"]),
+    ("dvae", ["model=dvae"]),
+    ("factorqvae", ["model=factorqvae"]),
+    ("factorvae", ["model=factorvae"]),
 ]
 DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling
 
@@ -55,19 +60,20 @@ def _sync(device):
 
 
 def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2) -> list[float]:
+    """Seconds per :meth:`Autoencoder.optimization_step` (the model's update, then any discriminator's) and lr
+    scheduler step; a model whose discriminator takes a second half-batch gets 2 x ``batch_size`` images, so its
+    own update sees ``batch_size`` like the others."""
     model = _model(overrides, batch_size).to(device)
-    opt = model.configure_optimizers()
-    x = torch.rand(batch_size, 3, 64, 64, device=device)
+    configured = model.configure_optimizers()
+    optimizers, schedulers = configured if isinstance(configured, tuple) else ([configured], [])
+    x = torch.rand(batch_size * (2 if model.split_batch else 1), 3, 64, 64, device=device)
     times = []
     for i in range(warmup + repeats):
         _sync(device)
         start = time.perf_counter()
-        terms, weights = model.loss_terms(x)
-        loss = sum(weights[k] * v for k, v in terms.items())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        model.on_before_optimizer_step(opt)
-        opt.step()
+        model.optimization_step(x, optimizers)
+        for scheduler in schedulers:
+            scheduler.step()
         _sync(device)
         if i >= warmup:
             times.append(time.perf_counter() - start)

@@ -12,7 +12,8 @@ CHANNELS = {"sprites": 1, "dsprites": 1}
 def test_the_expected_models_and_datasets_exist():
     assert set(MODELS) >= {"ae", "qlae", "qlae_global_codebook", "qlae_no_wd", "tripod", "tripod_no_nhp",
                            "tripod_no_klm", "tripod_finer", "betavae", "betatcvae", "bioae", "vqvae", "vqvae_wd",
-                           "tripod_naive"}
+                           "tripod_naive", "qvae", "factorqvae", "dvae", "factordvae", "factorvae", "ae_fq",
+                           "betavae_fq", "bioae_fq", "qlae_fq"}
     assert set(DATASETS) >= {"shapes2d", "sprites", "shapes3d", "mpi3d", "falcor3d", "isaac3d", "dsprites"}
 
 
@@ -100,6 +101,49 @@ def test_qlae_protocol_baselines_get_the_authors_per_dataset_values():
     assert compose_config(["model=bioae"]).model.optimizer.weight_decay == pytest.approx(1e-4)
     tcvae = compose_config(["model=betatcvae"]).model
     assert tcvae.latent.beta == 0 and tcvae.regularizers.tcvae.alpha == 1 and tcvae.regularizers.tcvae.gamma == 1
+
+
+FQ_TABLE3 = {  # spec factorqvae.md §7: (key, {dataset: value})
+    "qvae": [("latent.beta", {"shapes3d": 1e-3, "isaac3d": 5e-5, "mpi3d": 5e-5})],
+    "dvae": [("latent.beta", {"shapes3d": 5e-3, "isaac3d": 1e-5, "mpi3d": 5e-5})],
+    "factorqvae": [("latent.beta", {"shapes3d": 1e-3, "isaac3d": 5e-5, "mpi3d": 5e-5}),
+                   ("regularizers.tc_discriminator.weight", {"shapes3d": 1e-4, "isaac3d": 5e-5, "mpi3d": 1e-6})],
+    "factordvae": [("latent.beta", {"shapes3d": 5e-3, "isaac3d": 1e-5, "mpi3d": 5e-5}),
+                   ("regularizers.tc_discriminator.weight", {"shapes3d": 5e-4, "isaac3d": 1e-5, "mpi3d": 5e-6})],
+    "betavae_fq": [("latent.beta", {"shapes3d": 1e-4, "isaac3d": 5e-5, "mpi3d": 1e-5})],
+    "factorvae": [("latent.beta", {"shapes3d": 1e-4, "isaac3d": 5e-5, "mpi3d": 1e-5}),
+                  ("regularizers.tc_discriminator.weight", {"shapes3d": 1e-4, "isaac3d": 5e-5, "mpi3d": 1e-5})],
+    "bioae_fq": [("regularizers.bio.activity_weight", {"shapes3d": 1e-2, "isaac3d": 0.1, "mpi3d": 1e-2})],
+}
+
+
+@pytest.mark.parametrize("model", sorted(FQ_TABLE3))
+def test_factorqvae_family_gets_table_3_and_its_protocol(model):
+    for key, per_data in FQ_TABLE3[model]:
+        for data, value in per_data.items():
+            cfg = compose_config([f"model={model}", f"data={data}"])
+            assert OmegaConf.select(cfg.model, key) == pytest.approx(value), (key, data)
+    m = compose_config([f"model={model}", "data=shapes3d"]).model
+    assert m.reconstruction == "mse" and m.density_scale == 1.0 and m.optimizer.weight_decay == 0
+    assert m.optimizer.betas == [0.9, 0.999] and not m.optimizer.clip_value
+    assert (m.optimizer.schedule.steps, m.optimizer.schedule.final_lr) == (50000, 1.25e-6)
+    assert m.arch.encoder._target_ == "disentangle.nn.DalleEncoder"
+    adversarial = "tc_discriminator" in m.regularizers
+    assert m.batch_size == (512 if adversarial else 256)  # 256 for the model (+ 256 negatives for the discriminator)
+    if adversarial:
+        d = m.regularizers.tc_discriminator
+        assert (d.negatives, d.negative_slope, d.optimizer.lr, d.hidden, d.layers) == ("second_batch", 0.2, 1e-3, 1000, 6)
+        assert d.schedule.steps == 50000  # the model's schedule (authors' code)
+
+
+def test_factorqvae_family_baselines_differ_from_the_qlae_papers_as_the_spec_says():
+    qlae = compose_config(["model=qlae_fq", "data=shapes3d"]).model
+    assert (qlae.latent.n_values, qlae.latent.init, qlae.optimizer.weight_decay) == (16, "normal", 0)
+    assert compose_config(["model=bioae_fq"]).model.optimizer.weight_decay == 0  # no weight energy
+    paper = compose_config(["experiment=factorqvae_paper", "model=factorqvae", "data=shapes3d"])
+    assert paper.trainer.max_steps == 100000 and paper.callbacks.evaluation.dci.predictor == "gbt"
+    dvae = instantiate(compose_config(["model=dvae", "model/arch=small"]).model, in_channels=3, resolution=16)
+    assert dvae.latent.in_features == 12 * 64 and dvae.latent.logits_from == "encoder"
 
 
 def test_naive_tripod_is_qlae_quantization_with_fixed_bandwidth_klm_and_the_vanilla_hessian_penalty():

@@ -88,6 +88,13 @@ def test_cli_run_lands_in_the_hydra_run_dir_and_prints_the_table(tmp_path):
                                      r"but the latent module is ContinuousLatent")),
         ("qlae", "+regularizer=tcvae", "needs a gaussian latent distribution"),
         ("betavae", "model.density_scale=-1", "density_scale must be 'per_pixel' or a number > 0"),
+        ("qvae", "model.latent.codebook_size=1", r"model.latent: codebook_size must be an integer >= 2"),
+        ("qvae", "model.latent.initial_temperature=0", r"model.latent: initial_temperature must be > 0"),
+        ("factorqvae", "model.regularizers.tc_discriminator.weight=-1", "weight must be a non-negative number"),
+        ("ae", "+regularizer=tc_discriminator", (r"model.regularizers.tc_discriminator: AdversarialTotalCorrelation "
+                                                r"needs a sampled latent, but ContinuousLatent is deterministic")),
+        ("factorqvae", "model.batch_size=15", "model.batch_size=15 must be even"),
+        ("ae_fq", "model.optimizer.schedule.steps=0", "model.optimizer.schedule.steps must be >= 1"),
     ],
 )
 def test_invalid_values_fail_before_training_with_a_clear_message(model, override, message, tmp_path):
