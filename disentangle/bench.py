@@ -42,6 +42,8 @@ STEP_CASES = [
     ("dvae", ["model=dvae"]),
     ("factorqvae", ["model=factorqvae"]),
     ("factorvae", ["model=factorvae"]),
+    ("dvae_friede", ["model=dvae_friede"]),  # Friede et al.'s, on disentanglement_lib's networks
+    ("factordvae_friede", ["model=factordvae_friede"]),
 ]
 DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling
 

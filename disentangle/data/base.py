@@ -33,6 +33,44 @@ class IndexStream(IterableDataset):
                 yield order[start : start + self.batch_size]
 
 
+class UniformFactorStream(IterableDataset):
+    """Endless stream of index batches whose factor vectors are i.i.d. uniform: each factor drawn uniformly over its
+    values, with replacement, then one of the images with those factors (uniformly, if a nuisance such as an object
+    instance repeats them). Friede et al.'s and disentanglement_lib's training distribution (categorical_vae.md §11).
+
+    ``factors``: the (N, n_factors) class table of the dataset; every combination of factor values must occur."""
+
+    def __init__(self, factors: torch.Tensor, factor_sizes: Sequence[int], batch_size: int, seed: int, name: str = ""):
+        sizes = torch.as_tensor([int(s) for s in factor_sizes], dtype=torch.long)
+        # mixed-radix place values, C order: radix_i = prod(sizes[i + 1:])
+        self.radix = torch.cat([sizes.flip(0).cumprod(0).flip(0)[1:], torch.ones(1, dtype=torch.long)])
+        codes = (factors.long().cpu() * self.radix).sum(1)
+        self.codes, self.order = torch.sort(codes)
+        present = torch.unique_consecutive(self.codes).numel()
+        total = int(sizes.prod())
+        if present != total:
+            raise ValueError(
+                f"data.sampling=uniform_factors needs every combination of factor values, but {name or 'the data'} "
+                f"has {present} of {total}"
+            )
+        self.sizes, self.batch_size, self.seed = sizes, int(batch_size), int(seed)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        worker = get_worker_info()
+        gen = torch.Generator().manual_seed(self.seed * 100_003 + rank * 1000 + (worker.id if worker else 0))
+        while True:
+            draws = (torch.rand(self.batch_size, len(self.sizes), generator=gen) * self.sizes).long()
+            codes = (draws * self.radix).sum(1)
+            lo = torch.searchsorted(self.codes, codes, right=False)
+            hi = torch.searchsorted(self.codes, codes, right=True)
+            pick = lo + (torch.rand(self.batch_size, generator=gen) * (hi - lo)).long()
+            yield self.order[pick]
+
+
+SAMPLINGS = ("epochs", "uniform_factors")
+
+
 class FactorDataModule(pl.LightningDataModule):
     """Base LightningDataModule for images + integer factor labels.
 
@@ -42,12 +80,16 @@ class FactorDataModule(pl.LightningDataModule):
 
     name: str = "factors"
 
-    def __init__(self, batch_size: int = 64, eval_size: int = 10_000, eval_seed: int = 0, seed: int = 0):
+    def __init__(self, batch_size: int = 64, eval_size: int = 10_000, eval_seed: int = 0, seed: int = 0,
+                 sampling: str = "epochs"):
         super().__init__()
         if int(batch_size) < 1:
             raise ValueError(f"data.batch_size must be >= 1 (got {batch_size})")
         if int(eval_size) < 1:
             raise ValueError(f"data.eval_size must be >= 1 (got {eval_size})")
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"data.sampling must be one of {list(SAMPLINGS)} (got {sampling!r})")
+        self.sampling = sampling
         self.batch_size = int(batch_size)
         self.eval_size = int(eval_size)
         self.eval_seed = int(eval_seed)
@@ -96,8 +138,17 @@ class FactorDataModule(pl.LightningDataModule):
         for chunk in indices.split(batch_size):
             yield self.gather(chunk.to(device))
 
+    def factor_table(self) -> torch.Tensor:
+        """(N, n_factors) factor classes of every sample, on the CPU (for samplers that draw by factors)."""
+        return self.gather(torch.arange(self.num_samples))[1].cpu()
+
     def train_dataloader(self) -> DataLoader:
-        stream = IndexStream(self.num_samples, self.batch_size, self.seed)
+        """Index batches: shuffled epochs without replacement (``sampling="epochs"``), or i.i.d. uniform factor
+        vectors with replacement (``"uniform_factors"``)."""
+        if self.sampling == "uniform_factors":
+            stream = UniformFactorStream(self.factor_table(), self.factor_sizes, self.batch_size, self.seed, self.name)
+        else:
+            stream = IndexStream(self.num_samples, self.batch_size, self.seed)
         return DataLoader(stream, batch_size=None, num_workers=0)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):

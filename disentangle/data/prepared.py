@@ -134,6 +134,9 @@ class PreparedDataModule(FactorDataModule):
     def path(self) -> Path:
         return self.data.path
 
+    def factor_table(self) -> torch.Tensor:
+        return torch.as_tensor(self.data.factors)
+
     def gather(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         device = indices.device
         if self.on_device and device.type != "cpu":

@@ -44,6 +44,9 @@ class ProceduralDataModule(FactorDataModule):
         self.num_samples = int(torch.tensor(self.factor_sizes).prod())
         self._check_metadata(factor_names, factor_sizes)
 
+    def factor_table(self) -> torch.Tensor:
+        return unravel(torch.arange(self.num_samples), self.factor_sizes)
+
     def gather(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         factors = unravel(indices, self.factor_sizes)
         return self.renderer.render(factors, self.resolution), factors

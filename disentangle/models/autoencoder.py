@@ -26,7 +26,7 @@ from ..regularizers.base import Regularizer, StepContext
 from ..regularizers.weight_decay import decay_groups
 from ..schedules import build_scheduler
 
-RECONSTRUCTIONS = ("bce", "mse")
+RECONSTRUCTIONS = ("bce", "bce_sum", "mse")
 
 
 def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -35,10 +35,19 @@ def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logits, x, reduction="mean")
 
 
+def summed_bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Bernoulli negative log-likelihood: sigmoid BCE summed over pixels and channels, averaged over the batch
+    (Friede et al.'s code; categorical_vae.md §3.5)."""
+    return F.binary_cross_entropy_with_logits(logits, x, reduction="sum") / x.shape[0]
+
+
 def mse_reconstruction(output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Per-element mean squared error of the decoder output against the image centred to [-0.5, 0.5]
     (FactorQVAE authors' code; spec factorqvae.md §5, A4)."""
     return F.mse_loss(output, x - 0.5)
+
+
+_RECONSTRUCTION_LOSSES = {"bce": bce_reconstruction, "bce_sum": summed_bce_reconstruction, "mse": mse_reconstruction}
 
 
 class Autoencoder(pl.LightningModule):
@@ -65,8 +74,9 @@ class Autoencoder(pl.LightningModule):
             β-TCVAE's MI/TC/DWKL): ``"per_pixel"`` = 1/D_x with D_x = channels x resolution^2, which puts them
             on the per-pixel-mean BCE's scale (spec qlae.md §4.3-4.4); a number uses that factor (1 = nats
             per image, for a summed reconstruction or FactorQVAE's calibration).
-        reconstruction: ``"bce"`` (decoder outputs logits, image = sigmoid; QLAE, Tripod) or ``"mse"`` (decoder
-            outputs the image centred to [-0.5, 0.5], image = output + 0.5; FactorQVAE).
+        reconstruction: ``"bce"`` (decoder outputs logits, image = sigmoid, per-pixel mean; QLAE, Tripod),
+            ``"bce_sum"`` (the same summed over pixels: a Bernoulli likelihood per image; Friede et al.) or ``"mse"``
+            (decoder outputs the image centred to [-0.5, 0.5], image = output + 0.5; FactorQVAE).
     """
 
     def __init__(
@@ -150,7 +160,7 @@ class Autoencoder(pl.LightningModule):
 
     def to_image(self, output: torch.Tensor) -> torch.Tensor:
         """Decoder output -> image (in [0, 1] up to an MSE model's overshoot)."""
-        return torch.sigmoid(output) if self.reconstruction == "bce" else output + 0.5
+        return output + 0.5 if self.reconstruction == "mse" else torch.sigmoid(output)
 
     @torch.no_grad()
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,7 +179,7 @@ class Autoencoder(pl.LightningModule):
 
     # -- hooks a method may override ---------------------------------------------------------------
     def reconstruction_loss(self, output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return bce_reconstruction(output, x) if self.reconstruction == "bce" else mse_reconstruction(output, x)
+        return _RECONSTRUCTION_LOSSES[self.reconstruction](output, x)
 
     def extra_terms(self, ctx: StepContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """Method-specific loss terms and their weights (none for AE/QLAE/Tripod)."""

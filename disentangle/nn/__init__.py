@@ -2,10 +2,12 @@
 
 * :class:`ConvEncoder`, :class:`StyleDecoder`: QLAE's conv encoder and StyleGAN-like decoder (qlae spec §2).
 * :class:`ResidualEncoder`, :class:`ResidualDecoder`: Tripod's residual architectures (tripod spec §6).
+* :class:`DlibEncoder`, :class:`DlibDecoder`: disentanglement_lib's conv/deconv networks (categorical_vae spec §8).
 * :class:`DalleEncoder`, :class:`DalleDecoder`: FactorQVAE's DALL-E-style residual networks (factorqvae spec §3.2).
 * :class:`SmallEncoder`, :class:`SmallDecoder`: a small architecture for CPU runs and tests.
 """
 
+from .dlib import DlibDecoder, DlibEncoder
 from .factorqvae import DalleDecoder, DalleEncoder
 from .qlae import ConvEncoder, StyleDecoder
 from .small import SmallDecoder, SmallEncoder
@@ -15,6 +17,8 @@ __all__ = [
     "ConvEncoder",
     "DalleDecoder",
     "DalleEncoder",
+    "DlibDecoder",
+    "DlibEncoder",
     "ResidualDecoder",
     "ResidualEncoder",
     "SmallDecoder",

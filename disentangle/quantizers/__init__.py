@@ -1,6 +1,7 @@
 """Latent modules: each maps a pre-latent to a LatentOutput (decoder input, codes, its own loss terms, and for
 stochastic latents the distribution's parameters)."""
 from .base import LatentModule, LatentOutput
+from .categorical import CategoricalLatent, gumbel_scale
 from .continuous import ContinuousLatent
 from .fixed_grid import FixedGridQuantizer
 from .gaussian import GaussianLatent, gaussian_kl, gaussian_log_density
@@ -9,6 +10,7 @@ from .latent_quantizer import LatentQuantizer
 from .vector import VectorQuantizer
 
 __all__ = [
+    "CategoricalLatent",
     "ContinuousLatent",
     "FixedGridQuantizer",
     "GaussianLatent",
@@ -20,5 +22,6 @@ __all__ = [
     "categorical_kl_uniform",
     "gaussian_kl",
     "gaussian_log_density",
+    "gumbel_scale",
     "relaxed_one_hot",
 ]

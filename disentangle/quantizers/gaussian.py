@@ -23,7 +23,8 @@ def gaussian_kl(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
 
 
 class GaussianLatent(LatentModule):
-    """q(z|x) = N(mu, diag sigma^2): the encoder's 2·n_z outputs are mu (first n_z) and a, sigma = softplus(a).
+    """q(z|x) = N(mu, diag sigma^2): the encoder's 2·n_z outputs are mu (first n_z) and a, sigma = softplus(a)
+    (QLAE/Tripod authors' code) or, with ``scale="logvar"``, a = log sigma^2 (FactorQVAE's and Friede et al.'s code).
 
     Training: one reparameterised sample z = mu + sigma·eps goes to the decoder. Evaluation: z = mu, and mu is
     the representation the metrics see, treated as continuous (spec §3.5, §8.1); ``representation="sample"``
@@ -37,9 +38,12 @@ class GaussianLatent(LatentModule):
     distribution = "gaussian"
     density_terms = frozenset({"kl"})
 
-    def __init__(self, n_latents: int, beta: float = 1.0, representation: str = "mean"):
+    def __init__(self, n_latents: int, beta: float = 1.0, representation: str = "mean", scale: str = "softplus"):
         super().__init__(n_latents)
         self.weights = {"kl": check_weight("beta", beta)}
+        if scale not in ("softplus", "logvar"):
+            raise ValueError(f"scale must be one of ['softplus', 'logvar'] (got {scale!r})")
+        self.scale = scale
         if representation not in ("mean", "sample"):
             raise ValueError(f"representation must be one of ['mean', 'sample'] (got {representation!r})")
         self.sampled_representation = representation == "sample"
@@ -50,7 +54,7 @@ class GaussianLatent(LatentModule):
 
     def forward(self, pre: torch.Tensor) -> LatentOutput:
         mu, a = pre.split(self.n_latents, dim=-1)
-        sigma = F.softplus(a)
+        sigma = F.softplus(a) if self.scale == "softplus" else torch.exp(0.5 * a)
         z = mu + sigma * torch.randn_like(mu) if self.training else mu
         return LatentOutput(
             z=z, z_continuous=z, losses={"kl": gaussian_kl(mu, sigma).mean()},

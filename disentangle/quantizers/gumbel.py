@@ -14,12 +14,16 @@ LOGIT_SOURCES = ("distance", "encoder")
 DISTANCES = ("squared", "absolute")
 
 
-def relaxed_one_hot(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
-    """A Gumbel-softmax (relaxed one-hot categorical) sample: softmax((logits + g) / temperature) with
-    g ~ Gumbel(0, 1) i.i.d. over the last axis (Jang et al. 2017; spec §4.1, soft, no straight-through)."""
+def relaxed_one_hot(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None,
+                    noise_scale: float = 1.0) -> torch.Tensor:
+    """A Gumbel-softmax (relaxed one-hot categorical) sample: softmax((logits + noise_scale · g) / temperature) with
+    g ~ Gumbel(0, 1) i.i.d. over the last axis (Jang et al. 2017; factorqvae.md §4.1, soft, no straight-through).
+    ``noise_scale`` is Friede et al.'s annealed Gumbel scale (categorical_vae.md §3.2); 0 gives softmax(logits / t)."""
+    if noise_scale == 0:
+        return torch.softmax(logits / temperature, dim=-1)
     u = torch.rand(logits.shape, device=logits.device, dtype=logits.dtype, generator=generator)
     gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))
-    return torch.softmax((logits + gumbel) / temperature, dim=-1)
+    return torch.softmax((logits + noise_scale * gumbel) / temperature, dim=-1)
 
 
 def categorical_kl_uniform(logits: torch.Tensor) -> torch.Tensor:
