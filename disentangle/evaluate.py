@@ -17,26 +17,28 @@ from .errors import ConfigError, DatasetNotFoundError
 from .metrics.suite import check_metric_names
 
 
-def evaluate_checkpoint(cfg: DictConfig) -> dict:
+def load_checkpoint(path: Path | str, data_cfg=None, data_overrides: dict | None = None):
+    """(model with the checkpoint's weights, the run's composed config, its data module, the raw checkpoint) from a
+    checkpoint written by ``disentangle.train``; ``data_cfg`` replaces the run's data config, ``data_overrides``
+    sets keys of it (e.g. ``{"batch_size": 64}``). Every problem is one :class:`ConfigError` line."""
     import torch
     from hydra.utils import instantiate
 
-    from .run import print_summary
-
-    path = Path(cfg.ckpt).expanduser()
+    path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(f"ckpt={path}: no such checkpoint file")
-    chosen = cfg.metrics if cfg.metrics is None or isinstance(cfg.metrics, str) else list(cfg.metrics)
     try:
-        metrics = None if chosen is None else check_metric_names(chosen)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise ConfigError(f"ckpt={path}: unreadable checkpoint ({config.one_line(exc)})") from exc
     if "disentangle_config" not in ckpt:
         raise ConfigError(f"ckpt={path}: not a disentangle checkpoint (no stored config)")
     run = OmegaConf.create(ckpt["disentangle_config"])
+    data = OmegaConf.create(OmegaConf.to_container(data_cfg if data_cfg is not None else run.data, resolve=True))
+    for key, value in (data_overrides or {}).items():
+        data[key] = value
     try:
-        datamodule = instantiate(cfg.data if cfg.get("data") is not None else run.data)
+        datamodule = instantiate(data)
         # older checkpoints did not store the image shape: assume the data's
         shape = ckpt.get("disentangle_shape") or {
             "in_channels": datamodule.num_channels, "resolution": datamodule.resolution}
@@ -51,6 +53,22 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
             f"was trained on {model.in_channels}x{model.resolution}px"
         )
     model.load_state_dict(ckpt["state_dict"])
+    return model, run, datamodule, ckpt
+
+
+def evaluate_checkpoint(cfg: DictConfig) -> dict:
+    import torch
+    from hydra.utils import instantiate
+
+    from .run import print_summary
+
+    path = Path(cfg.ckpt).expanduser()
+    chosen = cfg.metrics if cfg.metrics is None or isinstance(cfg.metrics, str) else list(cfg.metrics)
+    try:
+        metrics = None if chosen is None else check_metric_names(chosen)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    model, run, datamodule, ckpt = load_checkpoint(path, cfg.data if cfg.get("data") is not None else None)
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     out = Path(cfg.output_dir).expanduser() if cfg.output_dir else path.parent

@@ -207,7 +207,7 @@ class Autoencoder(pl.LightningModule):
             terms[name] = value
             weights[name] = self.latent.weights[name] * self._scale(name, self.latent.density_terms)
         ctx = StepContext(x=x, pre=pre, latent=latent, logits=logits, activations=activations,
-                          decoder=self.decoder, dataset_size=self.dataset_size)
+                          decoder=self.decoder, dataset_size=self.dataset_size, encode=self.encode)
         for reg in self.regularizers.values():
             for name, value in reg(ctx).items():
                 terms[name] = value
@@ -261,11 +261,20 @@ class Autoencoder(pl.LightningModule):
                 "an adversarial regularizer (its own optimizer) is not supported under multi-process training yet: "
                 "its discriminator's gradients would not be averaged across processes; use trainer.devices=1"
             )
+        datamodule = getattr(self.trainer, "datamodule", None)
+        for key, reg in self.regularizers.items():
+            if reg.needs_data:
+                if datamodule is None:
+                    raise ConfigError(f"model.regularizers.{key} draws labelled examples from the data module, and "
+                                      f"the trainer has none")
+                try:
+                    reg.attach_data(datamodule)
+                except ValueError as exc:
+                    raise ConfigError(f"model.regularizers.{key}: {exc}") from exc
         needs = [key for key, reg in self.regularizers.items()
                  if reg.needs_dataset_size and getattr(reg, "dataset_size", None) is None]
         if not needs or self.dataset_size is not None:
             return
-        datamodule = getattr(self.trainer, "datamodule", None)
         size = getattr(datamodule, "num_samples", None)
         if not size:
             raise ConfigError(
@@ -290,10 +299,12 @@ class Autoencoder(pl.LightningModule):
         """The model's AdamW (weight decay on network weights only), then each adversary's optimizer; their lr
         schedulers, stepped once per batch by :meth:`training_step`."""
         cfg = self.optim_cfg
+        # learned constants of non-adversarial regularizers (e.g. the L2 supervision's scale) train with the model
+        own = nn.ModuleList([reg for reg in self.regularizers.values() if not reg.adversarial])
         groups = decay_groups(
-            {"encoder": self.encoder, "decoder": self.decoder, "latent": self.latent},
+            {"encoder": self.encoder, "decoder": self.decoder, "latent": self.latent, "regularizers": own},
             cfg["weight_decay"],
-            exempt=[self.latent],
+            exempt=[self.latent, own],
         )
         main = torch.optim.AdamW(groups, lr=cfg["lr"], betas=cfg["betas"], eps=cfg["eps"])
         optimizers = [main]

@@ -1,7 +1,7 @@
 """Latent modules: each maps a pre-latent to a LatentOutput (decoder input, codes, its own loss terms, and for
 stochastic latents the distribution's parameters)."""
 from .base import LatentModule, LatentOutput
-from .categorical import CategoricalLatent, gumbel_scale
+from .categorical import CategoricalLatent, factor_bins, gumbel_scale
 from .continuous import ContinuousLatent
 from .fixed_grid import FixedGridQuantizer
 from .gaussian import GaussianLatent, gaussian_kl, gaussian_log_density
@@ -20,6 +20,7 @@ __all__ = [
     "LatentQuantizer",
     "VectorQuantizer",
     "categorical_kl_uniform",
+    "factor_bins",
     "gaussian_kl",
     "gaussian_log_density",
     "gumbel_scale",

@@ -10,6 +10,22 @@ import torch.nn.functional as F
 from .base import LatentModule, LatentOutput, check_int, check_weight
 from .gumbel import categorical_kl_uniform, relaxed_one_hot
 
+# a logit outside the active set: exp underflows to exactly 0 in softmax, and 0 · log_softmax stays finite in the KL,
+# where a true −inf would give NaN (categorical_vae.md §6: ℓ_i = −∞ for i ∉ A_j)
+MASKED_LOGIT = -1e9
+
+
+def factor_bins(n_values: int, n_categories: int) -> torch.Tensor:
+    """Category of each of a factor's ``n_values`` values: value t → round(t·(m−1)/(k−1)), k equidistant categories
+    from the first to the last (categorical_vae.md §6 and §18 item 9, the recommended choice). Used as Eq. 7's bins
+    and as the masked-attention active set A_j. With k > m several values share a category; k = 1 → category 0."""
+    if n_values < 1:
+        raise ValueError(f"a factor needs at least one value (got {n_values})")
+    if n_values == 1:
+        return torch.zeros(1, dtype=torch.long)
+    t = torch.arange(n_values, dtype=torch.float64)
+    return torch.round(t * (n_categories - 1) / (n_values - 1)).long()
+
 
 def gumbel_scale(step: int, initial: float = 0.5, final: float = 2.0, steps: int = 300_000) -> float:
     """Friede et al.'s cosine annealing of the Gumbel noise scale: 0.5 at step 0, 1.25 at 150k, 2.0 from 300k on
@@ -30,6 +46,11 @@ class CategoricalLatent(LatentModule):
     * ``sample`` (for a TC discriminator): z itself (Friede et al. feed the discriminator the n-dim z, §5).
     * ``hard = True`` replaces y by its straight-through one-hot (forward value exactly one-hot); only the
       straight-through-gap model selection uses it (§7).
+    * ``active_counts`` (masked attention "(M)", §6): the number of values k_j of the factor that latent j is
+      supervised with, for the first len(active_counts) latents; their logits outside A_j = :func:`factor_bins`
+      are masked before sampling, KL and representation. Factors with k_j > m or k_j < 2 keep every category
+      (the mask could not be one-to-one; §18 item 9). The KL keeps the uniform prior over all m categories, which
+      differs from a uniform prior over A_j by the constant log(m/k_j) (same gradients).
     """
 
     discrete = False
@@ -38,7 +59,7 @@ class CategoricalLatent(LatentModule):
 
     def __init__(self, n_latents: int, n_categories: int = 64, beta: float = 1.0, low: float = -1.0,
                  high: float = 1.0, temperature: float = 1.0, initial_scale: float = 0.5, final_scale: float = 2.0,
-                 scale_steps: int = 300_000):
+                 scale_steps: int = 300_000, active_counts=None):
         super().__init__(n_latents)
         self.n_categories = check_int("n_categories", n_categories, 2)
         if not low < high:
@@ -53,6 +74,16 @@ class CategoricalLatent(LatentModule):
         self.hard = False
         self.weights = {"kl": check_weight("beta", beta)}
         self.register_buffer("values", torch.linspace(float(low), float(high), self.n_categories))
+        counts = [int(k) for k in (active_counts or [])]
+        if len(counts) > self.n_latents:
+            raise ValueError(f"active_counts has {len(counts)} factors but there are only {self.n_latents} latents")
+        active = torch.ones(self.n_latents, self.n_categories, dtype=torch.bool)
+        for j, k in enumerate(counts):
+            if 2 <= k <= self.n_categories:
+                active[j] = False
+                active[j, factor_bins(k, self.n_categories)] = True
+        self.masked = bool(counts) and not bool(active.all())
+        self.register_buffer("active", active, persistent=False)
 
     @property
     def in_features(self) -> int:
@@ -63,6 +94,8 @@ class CategoricalLatent(LatentModule):
 
     def forward(self, pre: torch.Tensor) -> LatentOutput:
         logits = pre.reshape(pre.shape[0], self.n_latents, self.n_categories)
+        if self.masked:
+            logits = logits.masked_fill(~self.active, MASKED_LOGIT)
         y = relaxed_one_hot(logits, self.temperature, noise_scale=self.noise_scale if self.training else 0.0)
         if self.hard:
             y = F.one_hot(y.argmax(-1), self.n_categories).to(y.dtype) - y.detach() + y

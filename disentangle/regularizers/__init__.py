@@ -6,6 +6,7 @@ from .base import Regularizer, StepContext, batch_std
 from .bio import BiologicalConstraints, biological_constraints
 from .klm import KernelMultiInformation, kernel_multi_information
 from .nhp import NormalizedHessianPenalty, normalized_hessian_penalty
+from .supervision import LabelSupervision, binned_cross_entropy, supervised_bce, supervised_l2
 from .tc_discriminator import AdversarialTotalCorrelation, discriminator_loss, permute_latents, tc_estimate
 from .tcvae import DecomposedKL, tcvae_decomposition
 from .weight_decay import decay_groups
@@ -15,16 +16,20 @@ __all__ = [
     "BiologicalConstraints",
     "DecomposedKL",
     "KernelMultiInformation",
+    "LabelSupervision",
     "NormalizedHessianPenalty",
     "Regularizer",
     "StepContext",
     "batch_std",
+    "binned_cross_entropy",
     "biological_constraints",
     "decay_groups",
     "discriminator_loss",
     "kernel_multi_information",
     "normalized_hessian_penalty",
     "permute_latents",
+    "supervised_bce",
+    "supervised_l2",
     "tc_estimate",
     "tcvae_decomposition",
 ]

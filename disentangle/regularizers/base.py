@@ -21,6 +21,7 @@ class StepContext:
     activations: dict[str, torch.Tensor] = field(default_factory=dict)  # decoder activations at latent.z
     decoder: Callable | None = None      # the decoder module (for finite-difference penalties)
     dataset_size: int | None = None      # number of training images (minibatch-weighted estimators)
+    encode: Callable | None = None       # the model's encoder + latent module (for a second, labelled batch)
 
 
 class Regularizer(nn.Module):
@@ -36,6 +37,8 @@ class Regularizer(nn.Module):
             ``configure_optimizer() -> (optimizer, scheduler or None)`` and
             ``discriminator_step(model, ctx, x_aux, optimizer) -> logs``.
         uses_second_batch: its ``discriminator_step`` wants a second half-batch (``x_aux``).
+        needs_data: it draws examples of its own from the training data: it implements ``attach_data(datamodule)``,
+            which the model calls before training (and which raises ValueError in one line on bad settings).
         density_terms: names of its terms measured in nats per image (rescaled like a KL, see
             ``Autoencoder(density_scale=...)``).
     """
@@ -47,6 +50,7 @@ class Regularizer(nn.Module):
     density_terms: frozenset[str] = frozenset()
     adversarial: bool = False
     uses_second_batch: bool = False
+    needs_data: bool = False
 
     def __init__(self, weight: float):
         super().__init__()
