@@ -25,8 +25,9 @@ def main(cfg: DictConfig) -> None:
         return
     start = time.perf_counter()
     try:
-        path = prepare(
-            data.name, data.root, variant=data.get("variant"), factor_sizes=data.get("factor_sizes"),
+        path = prepare(  # cache_name: a dataset drawn from another's cache (colour_dsprites reads dsprites)
+            data.get("cache_name") or data.name, data.root, variant=data.get("variant"),
+            factor_sizes=data.get("factor_sizes"),
             download=bool(cfg.download), progress=bool(cfg.progress),
         )
     except (DatasetNotFoundError, ValueError, RuntimeError, OSError) as exc:

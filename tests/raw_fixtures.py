@@ -4,11 +4,14 @@ factor grids, for tests of the readers, the conversion and anything downstream o
 Each writer returns ``(path, factors)``: the raw file/folder (or zip archive) as ``find_raw`` would find it
 and the ground-truth class indices (N, n_factors) int64 in the ``conf/data`` order. Every image encodes its
 own index: a constant colour ``index_colour(i)`` over its top half (an ``i``-dependent ramp below), or for
-dSprites the bits of ``i`` in row 0, so that ``decode_index`` recovers it, also after the 128 -> 64 resize.
+dSprites the bits of ``i`` in row 0, so that ``decode_index`` recovers it, also after the 128 -> 64 resize
+(SmallNORB: a grey level over the top half, ``decode_grey``).
 """
 from __future__ import annotations
 
+import gzip
 import io
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -25,6 +28,10 @@ DSPRITES_SIZES = (1, 2, 2, 3, 2, 2)  # color, shape, scale, orientation, posX, p
 MPI3D_SIZES = (2, 2, 1, 2, 1, 3, 2)
 FALCOR3D_SIZES = (2, 2, 1, 1, 2, 1, 2)
 ISAAC3D_SIZES = (2, 2, 1, 1, 1, 1, 2, 1, 2)
+CARS3D_FILES = ("car_001_mesh.mat", "car_007_mesh.mat", "car_012_mesh.mat")  # object types, in name order
+CARS3D_GRID = (2, 3)  # elevations, azimuths (the official 4, 24)
+SMALLNORB_SIZES = (2, 2, 2, 2)  # category, elevation, azimuth, lighting (the official 5, 9, 18, 6)
+SMALLNORB_INSTANCES = ((4, 6), (0, 1))  # training, testing (the official 4, 6, 7, 8, 9 and 0, 1, 2, 3, 5)
 
 
 def grid(sizes) -> np.ndarray:
@@ -159,10 +166,119 @@ def write_isaac3d(directory, sizes=ISAAC3D_SIZES, archive: bool = False, seed: i
     return _write_png_release("isaac3d", "labels.npy", directory, sizes, archive, seed)
 
 
+
+# --------------------------------------------------------------------------------------------- cars3d
+def write_cars3d(directory, grid_shape=CARS3D_GRID, files=CARS3D_FILES, archive: bool = False):
+    """Cars3D as in ``nips2015-analogy-data.tar.gz``: a folder ``cars/`` of ``car_*_mesh.mat`` (MATLAB v5,
+    compressed), each holding ``im`` uint8 (128, 128, 3, azimuth, elevation); or the tar.gz itself with
+    ``data/cars/*.mat`` (members out of name order, beside other folders). Image (elevation e, azimuth a,
+    object o) encodes its cache index, the C-order index over (elevation, azimuth, object_type)."""
+    from scipy.io import savemat
+
+    directory = Path(directory)
+    elevations, azimuths = grid_shape
+    sizes = (elevations, azimuths, len(files))
+    truth = grid(sizes)
+    blobs = {}
+    for o, filename in enumerate(files):
+        im = np.empty((128, 128, 3, azimuths, elevations), dtype=np.uint8)
+        for e in range(elevations):
+            for a in range(azimuths):
+                im[:, :, :, a, e] = rgb_image(int(np.ravel_multi_index((e, a, o), sizes)), 128)
+        buf = io.BytesIO()
+        savemat(buf, {"im": im, "label": np.array([o])}, do_compression=True)
+        blobs[filename] = buf.getvalue()
+    if archive:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / OFFICIAL["cars3d"].archive
+        members = {"data/README": b"analogy data", "data/shapes/shape_001.mat": next(iter(blobs.values()))}
+        members.update({f"data/cars/{name}": blob for name, blob in reversed(blobs.items())})
+        with tarfile.open(path, "w:gz") as tar:
+            for member, data in members.items():
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path, truth
+    folder = directory / OFFICIAL["cars3d"].files[None]
+    folder.mkdir(parents=True, exist_ok=True)
+    for filename, blob in blobs.items():
+        (folder / filename).write_bytes(blob)
+    return folder, truth
+
+
+# --------------------------------------------------------------------------------------------- smallnorb
+NORB_UINT8, NORB_INT32 = 0x1E3D4C55, 0x1E3D4C54
+
+
+def norb_matrix(array: np.ndarray) -> bytes:
+    """``array`` (uint8 or int32) in the small NORB binary matrix format: int32 magic, int32 ndim, max(3, ndim)
+    int32 dimensions (padded with 1), then the little-endian data."""
+    magic = NORB_UINT8 if array.dtype == np.uint8 else NORB_INT32
+    dims = list(array.shape) + [1] * max(0, 3 - array.ndim)
+    header = np.array([magic, array.ndim, *dims], dtype="<i4").tobytes()
+    return header + np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+
+
+def smallnorb_rows(sizes=SMALLNORB_SIZES, instances=SMALLNORB_INSTANCES, seed: int = 0):
+    """Rows of the fixture's training and testing files, concatenated in file order: (factors (N, 4) int64 in
+    the conf order, instance (N,) int64). Every (category, instance, elevation, azimuth, lighting) once per
+    split, shuffled."""
+    rng = np.random.default_rng(seed)
+    factors, instance = [], []
+    for split in instances:
+        combos = grid((sizes[0], len(split), *sizes[1:]))[rng.permutation(int(np.prod(sizes)) * len(split))]
+        factors.append(combos[:, [0, 2, 3, 4]])
+        instance.append(np.asarray(split, dtype=np.int64)[combos[:, 1]])
+    return np.concatenate(factors), np.concatenate(instance)
+
+
+def norb_grey(i: int) -> int:
+    return 20 + 3 * i
+
+
+def decode_grey(image: np.ndarray) -> int:
+    """Index encoded in a grey SmallNORB fixture image (1, H, W) uint8 (read at the top-left)."""
+    return (int(image[0, 4, 4]) - 20) // 3
+
+
+def write_smallnorb(directory, sizes=SMALLNORB_SIZES, instances=SMALLNORB_INSTANCES, gz: bool = True,
+                    seed: int = 0):
+    """The six small NORB files ``smallnorb-5x46789x9x18x6x2x96x96-training-{dat,cat,info}.mat`` and
+    ``smallnorb-5x01235x9x18x6x2x96x96-testing-...`` (gzipped ``.mat.gz`` as distributed, or plain): ``dat``
+    uint8 (N, 2, 96, 96) stereo pairs, ``cat`` int32 (N,), ``info`` int32 (N, 4) = instance, elevation,
+    azimuth (0, 2, ...), lighting. Rows as :func:`smallnorb_rows`; the left image of row i (file order,
+    training first) encodes i, the right one is its negative. Returns the training dat file and the factors."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    factors, instance = smallnorb_rows(sizes, instances, seed)
+    official = OFFICIAL["smallnorb"]
+    names = (official.files[None], *official.companions)
+    half = len(factors) // 2
+    yy, xx = np.mgrid[48:96, 0:96]
+    for split, (lo, hi) in enumerate(((0, half), (half, len(factors)))):
+        dat = np.empty((hi - lo, 2, 96, 96), dtype=np.uint8)
+        for i in range(lo, hi):
+            dat[i - lo, 0, :48] = norb_grey(i)
+            dat[i - lo, 0, 48:] = (xx + 2 * yy + 13 * i) % 256
+            dat[i - lo, 1] = 255 - dat[i - lo, 0]
+        f = factors[lo:hi]
+        info = np.stack([instance[lo:hi], f[:, 1], 2 * f[:, 2], f[:, 3]], axis=1).astype(np.int32)
+        arrays = (dat, f[:, 0].astype(np.int32), info)
+        for name, array in zip(names[3 * split: 3 * split + 3], arrays):
+            data = norb_matrix(array)
+            if gz:
+                (directory / (name + ".gz")).write_bytes(gzip.compress(data, compresslevel=1))
+            else:
+                (directory / name).write_bytes(data)
+    return directory / (names[0] + (".gz" if gz else "")), factors
+
+
 WRITERS = {
     "shapes3d": write_shapes3d,
     "dsprites": write_dsprites,
     "mpi3d": write_mpi3d,
     "falcor3d": write_falcor3d,
     "isaac3d": write_isaac3d,
+    "cars3d": write_cars3d,
+    "smallnorb": write_smallnorb,
 }

@@ -238,6 +238,10 @@ def test_sources_table():
         "mpi3d_real": "mpi3d_real.npz",
         "falcor3d": "Falcor3D_down128.zip",
         "isaac3d": "Isaac3D_down128.zip",
+        "cars3d": "nips2015-analogy-data.tar.gz",
+        **{f"smallnorb_{s}_{k}": f"smallnorb-{c}-{s}-{k}.mat.gz"
+           for s, c in (("training", "5x46789x9x18x6x2x96x96"), ("testing", "5x01235x9x18x6x2x96x96"))
+           for k in ("dat", "cat", "info")},
     }
     assert set(SOURCES) == set(expected)
     for key, remote in SOURCES.items():
@@ -245,7 +249,9 @@ def test_sources_table():
         assert (remote.url is None) != (remote.gdrive_id is None)
         assert remote.sha256 is None  # not published in the specs: never invented
         if remote.url is not None:
-            assert remote.url.startswith("https://") and remote.url.endswith("/" + remote.filename)
+            # Reed et al.'s Cars3D archive is served over plain http only
+            assert remote.url.startswith(("https://", "http://www.scottreed.info/"))
+            assert remote.url.endswith("/" + remote.filename)
     assert SOURCES["shapes3d"].url == "https://storage.googleapis.com/3d-shapes/3dshapes.h5"
     assert SOURCES["mpi3d"].gdrive_id == "1Tp8eTdHxgUMtsZv5uAoYAbJR1BOa_OQm"
     assert SOURCES["falcor3d"].gdrive_id == "1XAQfFK1x6cpN1eiovbP0hVfLTm5SsSoJ"

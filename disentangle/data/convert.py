@@ -2,8 +2,10 @@
 
 The cache ``<root>/<name>.h5`` holds ``images`` uint8 (N, C, 64, 64) stored contiguously (not chunked or
 compressed, so it can be memory-mapped) and ``factors`` int64 (N, n_factors), with attributes
-``factor_names``, ``factor_sizes``, ``source`` and, written last, ``complete=True``. The file is written to
-``<cache>.partial`` and renamed onto the final name only once complete; a failure removes the partial file.
+``factor_names``, ``factor_sizes``, ``source`` and, written last, ``complete=True``. Datasets with nuisance
+variables (SmallNORB's instance) add ``nuisance`` int64 (N, n_nuisance) with attributes ``nuisance_names`` and
+``nuisance_sizes``. The file is written to ``<cache>.partial`` and renamed onto the final name only once
+complete; a failure removes the partial file.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def convert(name: str, raw_path, cache_path, *, variant: str | None = None,
     cache_path = Path(cache_path).expanduser()
     if is_complete(cache_path):
         return cache_path
-    raw = read_raw(name, Path(raw_path), variant=variant, factor_sizes=factor_sizes)
+    raw = read_raw(name, Path(raw_path), variant=variant, factor_sizes=factor_sizes, progress=progress)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(cache_path)
     n, c = raw.n, raw.num_channels
@@ -54,6 +56,10 @@ def convert(name: str, raw_path, cache_path, *, variant: str | None = None,
             f.create_dataset("factors", data=np.ascontiguousarray(raw.factors, dtype=np.int64))
             f.attrs["factor_names"] = list(raw.factor_names)
             f.attrs["factor_sizes"] = np.asarray(raw.factor_sizes, dtype=np.int64)
+            if raw.nuisance is not None:
+                f.create_dataset("nuisance", data=np.ascontiguousarray(raw.nuisance, dtype=np.int64))
+                f.attrs["nuisance_names"] = list(raw.nuisance_names)
+                f.attrs["nuisance_sizes"] = np.asarray(raw.nuisance_sizes, dtype=np.int64)
             f.attrs["source"] = raw.source.name
             f.attrs["dataset"] = name
             if variant is not None:

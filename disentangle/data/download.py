@@ -53,6 +53,13 @@ class RemoteFile:
 
 
 _MPI3D_BASE = "https://storage.googleapis.com/disentanglement_dataset/Final_Dataset"
+_SMALLNORB_BASE = "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small"
+
+
+def _smallnorb(chunk: str, kind: str) -> RemoteFile:
+    filename = f"smallnorb-{chunk}-{kind}.mat.gz"
+    return RemoteFile(filename, url=f"{_SMALLNORB_BASE}/{filename}")
+
 
 # Checksums are not published in the dataset specs: they stay None and are recorded on first download.
 SOURCES: dict[str, RemoteFile] = {
@@ -75,6 +82,14 @@ SOURCES: dict[str, RemoteFile] = {
         "Falcor3D_down128.zip", gdrive_id="1XAQfFK1x6cpN1eiovbP0hVfLTm5SsSoJ", size="3.7 GB"
     ),
     "isaac3d": RemoteFile("Isaac3D_down128.zip", gdrive_id="1OmQ1G2wnm6eTsSFGTKFZZAh5D3nQTW1B", size="13 GB"),
+    # Reed et al. 2015's analogy data (its cars/ folder is Cars3D); the host serves it over plain http
+    "cars3d": RemoteFile(
+        "nips2015-analogy-data.tar.gz", url="http://www.scottreed.info/files/nips2015-analogy-data.tar.gz"
+    ),
+    # small NORB: six gzipped files (training and testing: dat, cat, info), all needed
+    **{f"smallnorb_{split}_{kind}": _smallnorb(chunk, f"{split}-{kind}")
+       for split, chunk in (("training", "5x46789x9x18x6x2x96x96"), ("testing", "5x01235x9x18x6x2x96x96"))
+       for kind in ("dat", "cat", "info")},
 }
 
 

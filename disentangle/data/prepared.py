@@ -5,6 +5,11 @@ Images stay uint8: the contiguous HDF5 dataset is memory-mapped, so nothing is r
 for it, and batches are gathered with one fancy-indexing call (no per-sample Python). With
 ``on_device=True`` the whole uint8 array is moved to the training device once and batches are gathered
 there.
+
+Nuisance variables (SmallNORB's object instance; an optional ``nuisance`` array in the cache) are not factors:
+several images share a factor vector, and :meth:`PreparedDataModule.indices_for_factors` picks one of them.
+``colour="random_multipliers"`` turns a binary grey-scale dataset into disentanglement_lib's colour dSprites
+(categorical_vae.md §11): each image's mask times a per-image RGB multiplier, every channel ~ U(0.5, 1).
 """
 from __future__ import annotations
 
@@ -56,6 +61,9 @@ class PreparedDataset:
     factors: np.ndarray
     factor_names: tuple[str, ...]
     factor_sizes: tuple[int, ...]
+    nuisance: np.ndarray | None = None  # (N, n_nuisance) int64 classes of the nuisance variables, if any
+    nuisance_names: tuple[str, ...] = ()
+    nuisance_sizes: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.factors)
@@ -79,11 +87,20 @@ def open_prepared(name: str, root=None, variant: str | None = None, raw: str = "
         factors = np.asarray(f["factors"], dtype=np.int64)
         names = tuple(str(s) for s in f.attrs["factor_names"])
         sizes = tuple(int(s) for s in f.attrs["factor_sizes"])
-    return PreparedDataset(name, path, _map_images(path), factors, names, sizes)
+        extra = {}
+        if "nuisance" in f:
+            extra = {"nuisance": np.asarray(f["nuisance"], dtype=np.int64),
+                     "nuisance_names": tuple(str(s) for s in f.attrs["nuisance_names"]),
+                     "nuisance_sizes": tuple(int(s) for s in f.attrs["nuisance_sizes"])}
+    return PreparedDataset(name, path, _map_images(path), factors, names, sizes, **extra)
+
+
+COLOURS = ("none", "random_multipliers")
 
 
 class PreparedDataModule(FactorDataModule):
-    """Shapes3D, MPI3D, Falcor3D, Isaac3D, dSprites from their prepared cache."""
+    """Shapes3D, MPI3D, Falcor3D, Isaac3D, dSprites, Cars3D, SmallNORB (and colour dSprites) from their
+    prepared cache."""
 
     def __init__(
         self,
@@ -95,27 +112,41 @@ class PreparedDataModule(FactorDataModule):
         factor_sizes: Sequence[int] | None = None,
         on_device: bool = False,
         variant_sizes: dict | None = None,
+        cache_name: str | None = None,
+        colour: str = "none",
         **kwargs,
     ):
         """``variant_sizes`` is the config's per-variant factor-grid table; the chosen row is already in
-        ``factor_sizes``."""
+        ``factor_sizes``. ``cache_name`` reads the cache prepared for another dataset (colour dSprites reads
+        ``dsprites``); ``colour`` (``none`` or ``random_multipliers``) colours binary grey-scale images."""
         super().__init__(**kwargs)
+        if colour not in COLOURS:
+            raise ValueError(f"data.colour must be one of {list(COLOURS)} (got {colour!r})")
         self.name = name
         self.variant = variant
+        self.cache_name = cache_name or name
         try:
-            self.data = open_prepared(name, root, variant, raw)
+            self.data = open_prepared(self.cache_name, root, variant, raw)
         except DatasetNotFoundError:
-            if not self._convert_raw_if_present(name, root, variant, factor_sizes):
+            if not self._convert_raw_if_present(self.cache_name, root, variant, factor_sizes):
                 raise
-            self.data = open_prepared(name, root, variant, raw)
+            self.data = open_prepared(self.cache_name, root, variant, raw)
         n, c, h, w = self.data.images.shape
         if h != w:
             raise ValueError(f"{self.data.path}: images must be square, got {h}x{w}")
-        self.num_samples, self.num_channels, self.resolution = int(n), int(c), int(h)
+        self.colour = colour
+        if colour != "none" and c != 1:
+            raise ValueError(f"data.colour={colour} needs grey-scale (binary) images, but {self.data.path} has {c} "
+                             f"channels")
+        self.num_samples, self.num_channels, self.resolution = int(n), 3 if colour != "none" else int(c), int(h)
         self.factor_names, self.factor_sizes = self.data.factor_names, self.data.factor_sizes
+        self.nuisance_names, self.nuisance_sizes = self.data.nuisance_names, self.data.nuisance_sizes
         self.on_device = bool(on_device)
         self._device_images: torch.Tensor | None = None
         self._factors = torch.from_numpy(self.data.factors)
+        self._lookup: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._fixed_colours: torch.Tensor | None = None
+        self._colour_generator: torch.Generator | None = None
         self._check_metadata(factor_names, factor_sizes)
 
     @staticmethod
@@ -137,7 +168,35 @@ class PreparedDataModule(FactorDataModule):
     def factor_table(self) -> torch.Tensor:
         return torch.as_tensor(self.data.factors)
 
-    def gather(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def indices_for_factors(self, factors: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Dataset indices of images with the given factor vectors (B, n_factors), on their device. Where several
+        images share a factor vector (a nuisance such as SmallNORB's instance), one of them uniformly at random
+        by ``generator`` (a CPU generator), or the first of them without one. A missing combination is a
+        ValueError."""
+        if self._lookup is None:
+            sizes = torch.as_tensor([int(s) for s in self.factor_sizes], dtype=torch.long)
+            radix = torch.cat([sizes.flip(0).cumprod(0).flip(0)[1:], torch.ones(1, dtype=torch.long)])
+            codes, order = torch.sort((self._factors.cpu() * radix).sum(1), stable=True)
+            self._lookup = (radix, codes, order)
+        radix, codes, order = self._lookup
+        flat = factors.long().cpu().reshape(-1, len(self.factor_sizes))
+        outside = ((flat < 0) | (flat >= torch.as_tensor(self.factor_sizes))).any(1)
+        if outside.any():
+            raise ValueError(f"{self.name}: factors {flat[outside][0].tolist()} out of range for the factor sizes "
+                             f"{list(self.factor_sizes)}")
+        wanted = (flat * radix).sum(-1)
+        lo = torch.searchsorted(codes, wanted, right=False)
+        hi = torch.searchsorted(codes, wanted, right=True)
+        if (hi == lo).any():
+            raise ValueError(f"{self.name} has no image with factors {flat[hi == lo][0].tolist()}")
+        if generator is not None:
+            lo = lo + (torch.rand(len(lo), generator=generator) * (hi - lo)).long()
+        return order[lo].reshape(factors.shape[:-1]).to(factors.device)
+
+    def gather(self, indices: torch.Tensor, colours: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(images, factors) of ``indices``. With ``colour="random_multipliers"`` each image is coloured by
+        ``colours`` (B, 3) when given (training draws them afresh), otherwise by a fixed multiplier per image
+        index drawn once from ``eval_seed``, so evaluation and metrics always see the same images."""
         device = indices.device
         if self.on_device and device.type != "cpu":
             if self._device_images is None or self._device_images.device != device:
@@ -148,7 +207,36 @@ class PreparedDataModule(FactorDataModule):
             images = torch.from_numpy(self.data.images[cpu]).to(device, non_blocking=True)
         if self._factors.device != device:  # move the (small) factor table once, not every batch
             self._factors = self._factors.to(device)
-        return images.float().div_(255), self._factors[indices]
+        images = images.float().div_(255)
+        if self.colour == "random_multipliers":
+            if colours is None:
+                colours = self._fixed_colours_on(device)[indices]
+            images = images * colours.to(device=device, dtype=images.dtype)[:, :, None, None]
+        return images, self._factors[indices]
+
+    def _fixed_colours_on(self, device: torch.device) -> torch.Tensor:
+        """(N, 3) per-image multipliers ~ U(0.5, 1), drawn once from ``eval_seed`` (9 MB for dSprites)."""
+        if self._fixed_colours is None:
+            gen = torch.Generator().manual_seed(self.eval_seed)
+            self._fixed_colours = 0.5 + 0.5 * torch.rand(self.num_samples, 3, generator=gen)
+        if self._fixed_colours.device != device:
+            self._fixed_colours = self._fixed_colours.to(device)
+        return self._fixed_colours
+
+    def draw_colours(self, n: int) -> torch.Tensor:
+        """(n, 3) fresh multipliers ~ U(0.5, 1) on the CPU from the module's training generator (seeded by
+        ``seed`` and the distributed rank)."""
+        if self._colour_generator is None:
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+            self._colour_generator = torch.Generator().manual_seed(self.seed * 100_003 + rank * 1000 + 999)
+        return 0.5 + 0.5 * torch.rand(n, 3, generator=self._colour_generator)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Training index batches -> (images, factors); colour dSprites gets fresh colours for every batch."""
+        if (self.colour != "none" and isinstance(batch, torch.Tensor) and batch.dtype == torch.long
+                and batch.dim() == 1):
+            return self.gather(batch, colours=self.draw_colours(len(batch)))
+        return super().on_after_batch_transfer(batch, dataloader_idx)
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, variant: str | None = None,

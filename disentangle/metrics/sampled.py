@@ -60,6 +60,13 @@ class _Sampler:
         self.encode_batch_size = int(encode_batch_size)
         self.rng = np.random.default_rng(seed)
         self.lookup = self._index_lookup()
+        # more images than factor vectors: a nuisance variable (e.g. SmallNORB's instance) varies within a vector
+        self.nuisance = int(datamodule.num_samples) > int(np.prod(self.sizes))
+        self.generator = None
+        if self.nuisance:
+            import torch
+
+            self.generator = torch.Generator().manual_seed(int(seed))
         self.n_latents: int | None = None
 
     def _index_lookup(self) -> np.ndarray | None:
@@ -87,7 +94,11 @@ class _Sampler:
         import torch
 
         flat = np.ravel_multi_index(tuple(factors.T), tuple(self.sizes))
-        if self.lookup is not None:
+        pick = getattr(self.datamodule, "indices_for_factors", None)
+        if self.nuisance and pick is not None:
+            # several images per factor vector (SmallNORB's instance): a random one, as disentanglement_lib draws
+            flat = as_numpy(pick(torch.as_tensor(factors), generator=self.generator))
+        elif self.lookup is not None:
             flat = self.lookup[flat]
             if (flat < 0).any():
                 raise ValueError("a sampled factor combination is missing from the dataset's factor table")
