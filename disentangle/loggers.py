@@ -1,20 +1,119 @@
 """Logger factories for configs that need a little logic."""
 from __future__ import annotations
 
+import functools
+import json
+import math
 import os
+from collections.abc import Sequence
+from pathlib import Path
 
 
-def wandb_logger(save_dir: str, project: str = "disentangle", offline: bool | None = None, **kwargs):
-    """The real W&B logger; offline unless an API key is configured, and ``WANDB_MODE`` always wins."""
+def wandb_logger(save_dir: str, project: str = "disentangle", offline: bool | None = None, group: str | None = None,
+                 tags: Sequence[str] = (), model: str | None = None, data: str | None = None, seed=None, **kwargs):
+    """The real W&B logger; offline unless an API key is configured, and ``WANDB_MODE`` always wins.
+
+    A Hydra sweep is one W&B group: ``group=None`` means the sweep's name in a multirun (its directory's name,
+    after the sweep config's name when it is not ``train``) and ``<model>-<data>`` in a single run. The run is
+    tagged ``<model>``, ``<data>``, ``seed=<seed>`` and, in a sweep, ``sweep=<name>``; the W&B config gets those and
+    the job's command-line overrides. At the end the final metrics (``metrics.json``) go into the run summary and
+    the W&B run is finished, so that the next job of a sweep starts its own run."""
+    offline = wandb_mode() != "online" if offline is None else offline
+    sweep = current_sweep()
+    if group is None:
+        group = sweep or ("-".join(str(x) for x in (model, data) if x is not None) or None)
+    tags = [*(str(t) for t in tags), *(str(x) for x in (model, data) if x is not None)]
+    if seed is not None:
+        tags.append(f"seed={seed}")
+    if sweep:
+        tags.append(f"sweep={sweep}")
+    config = {"model": model, "data": data, "seed": seed, "sweep": sweep, **_job_overrides(), **kwargs.pop("config", {})}
+    return _logger_class()(save_dir=save_dir, project=project, offline=offline, group=group,
+                           tags=list(dict.fromkeys(t[:64] for t in tags)), config=config, **kwargs)
+
+
+def wandb_mode() -> str:
+    """``online``, ``offline`` or ``disabled``: ``WANDB_MODE`` when set, else online only with an API key."""
+    mode = os.environ.get("WANDB_MODE")
+    if mode:
+        return {"dryrun": "offline", "run": "online"}.get(mode, mode)
+    return "online" if os.environ.get("WANDB_API_KEY") or _has_netrc_key() else "offline"
+
+
+def sweep_name(sweep_dir: str | Path, config_name: str | None = None) -> str:
+    """The name a sweep goes by on W&B: its directory's name, after the sweep config's (``qlae_table2-<date>``)."""
+    name = Path(str(sweep_dir)).name or str(sweep_dir)
+    if config_name and config_name != "train" and not name.startswith(config_name):
+        name = f"{config_name}-{name}"
+    return name
+
+
+def current_sweep() -> str | None:
+    """The name of the Hydra sweep this job belongs to (None outside a multirun)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if not HydraConfig.initialized():
+            return None
+        hc = HydraConfig.get()
+        if hc.mode != RunMode.MULTIRUN:
+            return None
+        return sweep_name(hc.sweep.dir, hc.job.config_name)
+    except Exception:  # noqa: BLE001 - no Hydra context: a plain run
+        return None
+
+
+def _job_overrides() -> dict:
+    """The job's command-line overrides as config entries (``{"model.optimizer.lr": "0.001", ...}``)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return {}
+        out = {}
+        for item in HydraConfig.get().overrides.task:
+            key, _, value = str(item).partition("=")
+            if not key.startswith("~"):
+                out.setdefault(key.lstrip("+"), value)
+        return {k: v for k, v in out.items() if k not in ("model", "data", "seed") and not k.startswith("hydra")}
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+@functools.cache
+def _logger_class():
+    """WandbLogger with the final metrics in the run summary; made on first use (pytorch_lightning is heavy)."""
     from pytorch_lightning.loggers import WandbLogger
 
-    if offline is None:
-        mode = os.environ.get("WANDB_MODE")
-        if mode:
-            offline = mode in ("offline", "dryrun", "disabled")
-        else:
-            offline = not (os.environ.get("WANDB_API_KEY") or _has_netrc_key())
-    return WandbLogger(save_dir=save_dir, project=project, offline=offline, **kwargs)
+    class SummaryWandbLogger(WandbLogger):
+        def finalize(self, status: str) -> None:
+            super().finalize(status)
+            run = self._experiment
+            if run is None:
+                return
+            if status == "success":
+                run.summary.update(final_metrics(Path(self.save_dir or ".") / "metrics.json"))
+            # a Hydra sweep runs its jobs in one process: without this the next job would log into this run
+            run.finish(exit_code=0 if status in ("success", "finished") else 1)
+            self._experiment = None
+
+    return SummaryWandbLogger
+
+
+def final_metrics(path: Path) -> dict:
+    """The scalar entries of a run's ``metrics.json`` (numbers, method and data), empty if it is missing."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, bool) or key in ("factor_names", "metrics"):
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value) or isinstance(value, str):
+            out[key] = value
+    return out
 
 
 def _has_netrc_key() -> bool:

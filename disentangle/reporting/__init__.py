@@ -1,0 +1,138 @@
+"""Turning sweeps into the papers' tables: read runs, group, aggregate over seeds, select, compare with the published
+numbers, render (md / csv / LaTeX), draw, and log to W&B. The command line is :mod:`disentangle.report`.
+
+Modules: :mod:`.runs` (finding and reading run directories), :mod:`.aggregate` (hyperparameters, groups and
+statistics), :mod:`.rules` (selection rules and the PSNR filter), :mod:`.compare` (published numbers),
+:mod:`.tables` (rendering), :mod:`.figures` (the figure).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from .aggregate import Aggregate, Group, Stats, aggregate, summarize
+from .compare import METHOD_NAMES, Published, load_rows, parse_tables
+from .rules import PsnrFilter, select_best, select_delta_st
+from .runs import Run, read_runs
+from .tables import METRIC_ORDER, RENDERERS, Report
+
+STAT_MODES = ("ci95", "quartiles", "se")
+
+
+class ReportError(ValueError):
+    """A problem that stops the report, in one line; ``code`` is the exit status (2: bad option or a directory
+    without runs, 1: runs found but none usable)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def build_report(dirs: Sequence[Path | str], *, stat: str = "ci95", select: str = "none", select_by: str = "mean",
+                 psnr_min: str | None = None, metrics: Sequence[str] | None = None, pool: Sequence[str] = (),
+                 ddof: int = 1, compare: Sequence[str] = (), published: Path | str | None = None,
+                 title: str | None = None) -> tuple[Report, list[str]]:
+    """The report of the runs under ``dirs`` and the lines about given directories that hold no runs.
+
+    Raises :class:`ReportError` for a bad option or when no run at all can be aggregated."""
+    if stat not in STAT_MODES:
+        raise ReportError(f"--stat: unknown {stat!r}; choose from {', '.join(STAT_MODES)}")
+    if ddof not in (0, 1):
+        raise ReportError(f"--ddof: {ddof}; choose 0 or 1")
+    try:
+        psnr = PsnrFilter.parse(psnr_min) if psnr_min not in (None, "") else None
+        rows = load_rows(parse_tables(compare), published) if compare else None
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+
+    found = read_runs(dirs)
+    if not found.runs:
+        lines = [*found.empty, *(f"left out: {r.path}: {r.error}" for r in found.left_out)]
+        raise ReportError("nothing to report: " + ("; ".join(lines) or "no runs"), code=2 if found.empty else 1)
+    warnings: list[str] = []
+    if metrics:
+        absent = [m for m in metrics if not any(m in r.metrics for r in found.runs)]
+        warnings += [f"warning: metric {m}: no run reports it" for m in absent]
+        metrics = [m for m in metrics if m not in absent]
+        if not metrics:
+            raise ReportError(f"--metrics: none of {', '.join(absent)} is reported by any run")
+    agg = aggregate(found.runs, metrics or None, pool=pool, ddof=ddof, order=METRIC_ORDER)
+    warnings += agg.warnings
+    unmatched = [q for q in pool if q != "all" and not any(_pool_match(p.key, q) for p in agg.pooled)]
+    warnings += [f"warning: --pool {q}: no varying hyperparameter of that name" for q in unmatched]
+
+    groups, notes = list(agg.groups), []
+    if select == "delta_st":
+        try:
+            extra, notes = select_delta_st(found.runs, agg.params, agg.metrics, ddof=ddof)
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
+        groups += extra
+        if psnr:
+            notes.append("note: --psnr-min is not applied with --select delta_st (the paper's selection is unfiltered)")
+    elif select != "none" or psnr:
+        metric = select if select != "none" else None
+        if metric is not None and not any(metric in g.stats for g in agg.groups):
+            known = ", ".join(["none", "delta_st", *agg.metrics])
+            raise ReportError(f"--select: {select!r} is not a metric of these runs; choose from {known}")
+        try:
+            groups, notes = (select_best(agg, metric, psnr, by=select_by) if metric
+                             else _filter_only(agg, psnr))
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
+    if not groups:
+        raise ReportError("nothing to report: no group is left after the selection: " + "; ".join(notes), code=1)
+    rep = Report(groups, agg.params, agg.metrics, stat=stat, published=Published(rows) if rows else None,
+                 left_out=found.left_out, notes=notes, warnings=warnings, pooled=agg.pooled,
+                 title=title or "Report: " + ", ".join(str(d) for d in dirs))
+    return rep, found.empty
+
+
+def _pool_match(key: str, query: str) -> bool:
+    key, query = key.replace("/", "."), query.replace("/", ".")
+    return key == query or key.endswith("." + query)
+
+
+def _filter_only(agg: Aggregate, psnr: PsnrFilter) -> tuple[list[Group], list[str]]:
+    """The reconstruction filter without a selection: every configuration that passes."""
+    thresholds, notes = psnr.thresholds(agg.groups)
+    kept = []
+    for g in agg.groups:
+        thr = thresholds.get(g.data)
+        if thr is None or ("psnr" in g.stats and g.stats["psnr"].mean >= thr):
+            kept.append(g)
+        else:
+            value = f"{g.stats['psnr'].mean:.1f} dB" if "psnr" in g.stats else "no PSNR"
+            notes.append(f"{g.label()}: left out, PSNR {value} < {thr:.1f} dB")
+    return kept, notes
+
+
+def log_to_wandb(rep: Report, *, project: str = "disentangle", group: str | None = None, name: str | None = None,
+                 save_dir: Path | str = ".", figure: Path | str | None = None) -> str:
+    """Log the report's CSV form as a W&B table (``report``) and the figure (``report_figure``) to a new run of job
+    type ``report``. Offline unless an API key is configured (``WANDB_MODE`` wins), like the training logger.
+    Returns where the run went (its directory or URL)."""
+    import wandb
+
+    from ..loggers import wandb_mode
+    from .tables import csv_columns, csv_rows
+
+    save_dir = Path(save_dir)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    run = wandb.init(project=project, group=group, name=name, job_type="report", dir=str(save_dir),
+                     mode=wandb_mode(), tags=["report"], config={"stat": rep.stat}, reinit="create_new")
+    try:
+        table = wandb.Table(columns=csv_columns(rep), data=csv_rows(rep), allow_mixed_types=True)
+        payload = {"report": table}
+        if figure is not None and Path(figure).is_file():
+            payload["report_figure"] = wandb.Image(str(figure))
+        run.log(payload)
+        where = str(Path(run.dir).parent) if wandb_mode() != "online" else run.url
+    finally:
+        run.finish()
+    return where
+
+
+__all__ = ["METHOD_NAMES", "RENDERERS", "STAT_MODES", "Aggregate", "Group", "PsnrFilter", "Published", "Report",
+           "ReportError", "Run", "Stats", "aggregate", "build_report", "log_to_wandb", "read_runs", "select_best",
+           "select_delta_st", "summarize"]
