@@ -44,6 +44,9 @@ STEP_CASES = [
     ("factorvae", ["model=factorvae"]),
     ("dvae_friede", ["model=dvae_friede"]),  # Friede et al.'s, on disentanglement_lib's networks
     ("factordvae_friede", ["model=factordvae_friede"]),
+    ("vae_friede", ["model=vae_friede"]),
+    ("factorvae_friede", ["model=factorvae_friede"]),
+    ("dvae_friede_masked + sup", ["model=dvae_friede_masked", "+regularizer=supervision"]),  # + a labelled batch
 ]
 DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling
 
@@ -53,7 +56,13 @@ def _model(overrides, batch_size):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=overrides + ["data=shapes2d", "paths.output_dir=/tmp/bench",
                                                       f"model.batch_size={batch_size}"])
-    return instantiate(cfg.model, in_channels=3, resolution=64, dataset_size=DATASET_SIZE)
+    model = instantiate(cfg.model, in_channels=3, resolution=64, dataset_size=DATASET_SIZE)
+    for reg in model.regularizers.values():
+        if reg.needs_data:  # the labelled examples a Trainer's setup would draw
+            from .data import ProceduralDataModule
+
+            reg.attach_data(ProceduralDataModule("shapes2d", eval_size=10))
+    return model
 
 
 def _sync(device):
@@ -82,12 +91,15 @@ def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2) -> list[f
     return times
 
 
-def bench_steps(device: str, repeats: int, batch_size: int) -> None:
+def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | None = None) -> None:
+    """Seconds per training step of every case (or those whose label contains one of ``only``), each as a ratio to
+    QLAE's, measured first in the same process."""
     dev = torch.device(device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"training step, 64x64, batch {batch_size}, {name}, median of {repeats}")
     base = None
-    for label, overrides in STEP_CASES:
+    cases = [c for c in STEP_CASES if c[0] == "qlae" or not only or any(o in c[0] for o in only)]
+    for label, overrides in cases:
         med = statistics.median(time_steps(overrides, dev, batch_size, repeats))
         base = base or med
         print(f"  {label:<22} {med:8.3f} s/step   x{med / base:5.2f} vs qlae", flush=True)
@@ -187,6 +199,8 @@ def main(argv=None) -> None:
     steps.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     steps.add_argument("--repeats", type=int, default=10)
     steps.add_argument("--batch-size", type=int, default=64)
+    steps.add_argument("--only", nargs="+", default=None,
+                       help="cases whose label contains one of these (qlae, the baseline, always runs)")
     data = sub.add_parser("data", help="batch-assembly throughput (images/s) of prepared and procedural data")
     data.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     data.add_argument("--n", type=int, default=100_000, help="images in the synthetic cache")
@@ -202,7 +216,7 @@ def main(argv=None) -> None:
     metrics.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.what == "steps":
-        bench_steps(args.device, args.repeats, args.batch_size)
+        bench_steps(args.device, args.repeats, args.batch_size, args.only)
     elif args.what == "data":
         bench_data(args.n, args.batch_sizes, args.repeats, args.device)
     elif args.what == "metrics":

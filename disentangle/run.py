@@ -40,6 +40,8 @@ def build(cfg: DictConfig) -> Job:
         model = instantiate(cfg.model, in_channels=datamodule.num_channels, resolution=datamodule.resolution,
                             dataset_size=datamodule.num_samples)
         callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+        if cfg.trainer.get("enable_progress_bar") is False:  # the switch wins over the configured bar
+            callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]
         logger = instantiate(cfg.logger) if cfg.get("logger") else False
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
     except Exception as exc:  # construction errors (bad values, wrong types) become one clear line
