@@ -65,7 +65,7 @@ def test_output_contract(name, module, resolution, device):
 
 
 def test_registry_and_metadata():
-    assert RENDERERS == {"sprites": sprites, "shapes2d": shapes2d}
+    assert RENDERERS["sprites"] is sprites and RENDERERS["shapes2d"] is shapes2d  # others register beside them
     assert sprites.FACTOR_NAMES == ("shape", "scale", "orientation", "pos_x", "pos_y")
     assert sprites.FACTOR_SIZES == (3, 6, 40, 32, 32) and sprites.NUM_CHANNELS == 1
     assert shapes2d.FACTOR_NAMES == ("floor_hue", "wall_hue", "object_hue", "scale", "shape", "orientation")
