@@ -6,7 +6,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-CHANNELS = {"sprites": 1, "dsprites": 1}
+CHANNELS = {"sprites": 1, "dsprites": 1, "smallnorb": 1, "circles": 1}
 
 
 def test_the_expected_models_and_datasets_exist():
@@ -15,7 +15,8 @@ def test_the_expected_models_and_datasets_exist():
                            "tripod_naive", "qvae", "factorqvae", "dvae", "factordvae", "factorvae", "ae_fq",
                            "betavae_fq", "bioae_fq", "qlae_fq", "dvae_friede", "factordvae_friede", "vae_friede",
                            "factorvae_friede"}
-    assert set(DATASETS) >= {"shapes2d", "sprites", "shapes3d", "mpi3d", "falcor3d", "isaac3d", "dsprites"}
+    assert set(DATASETS) >= {"shapes2d", "sprites", "shapes3d", "mpi3d", "falcor3d", "isaac3d", "dsprites",
+                             "cars3d", "smallnorb", "colour_dsprites", "circles"}
 
 
 @pytest.mark.parametrize("data", DATASETS)
@@ -208,3 +209,13 @@ def test_sweep_files_compose_with_their_grids(sweep):
     assert res.returncode == 0, res.stderr[-2000:]
     params = OmegaConf.create(res.stdout).hydra.sweeper.params
     assert len(params) >= 2 and all("," in str(v) for v in params.values())
+
+
+def test_switching_the_progress_bar_off_drops_the_configured_bar():
+    from conftest import FAST
+
+    from disentangle.run import build
+
+    overrides = [o for o in FAST if o != "~callbacks.progress"] + ["model=ae", "data=sprites"]
+    job = build(compose_config(overrides))
+    assert not any(type(c).__name__ == "TQDMProgressBar" for c in job.trainer.callbacks)

@@ -43,7 +43,13 @@ from tqdm.auto import tqdm
 from .. import metrics as M
 from ..metrics.accumulate import LatentFactorAccumulator, disentanglement_metrics
 from ..metrics.suite import SAMPLED_METRICS, SCALAR_KEYS, check_metric_names, sampled_metrics
-from .figures import dci_importance_heatmap, intervention_grid, nmi_heatmap, reconstruction_grid
+from .figures import (
+    dci_importance_heatmap,
+    intervention_grid,
+    latent_scatter,
+    nmi_heatmap,
+    reconstruction_grid,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +115,11 @@ class DisentanglementEvaluation(pl.Callback):
         metrics: metrics of the final evaluation (and of :meth:`run` by default): names from
             :data:`disentangle.metrics.METRICS`, or ``"all"``.
         periodic_metrics: metrics of the periodic evaluations (DCI and the sampled scores are the slow ones).
-        infomec, dci, mig, sap, modularity, explicitness, mcc, factorvae, betavae: keyword options of each
-            metric's function in :mod:`disentangle.metrics` (e.g. ``dci={"max_depth": 8}``).
+        infomec, dci, mig, sap, modularity, explicitness, mcc, rotation, factorvae, betavae: keyword options of
+            each metric's function in :mod:`disentangle.metrics` (e.g. ``dci={"max_depth": 8}``).
         figures: write the NMI and DCI-importance heatmaps, the intervention grid and the reconstruction
-            grid at the end.
+            grid at the end; and the latent scatter (``latent_scatter.png``, spec categorical_vae.md §16) when the
+            representation is 2-D or the rotation angle was computed.
         n_interventions: interpolation points per latent in the intervention grid.
         progress: progress bar while encoding.
         background: compute the metrics in a worker thread so training is not stalled; the final evaluation is
@@ -139,6 +146,7 @@ class DisentanglementEvaluation(pl.Callback):
         modularity: dict | None = None,
         explicitness: dict | None = None,
         mcc: dict | None = None,
+        rotation: dict | None = None,
         factorvae: dict | None = None,
         betavae: dict | None = None,
         figures: bool = True,
@@ -165,7 +173,8 @@ class DisentanglementEvaluation(pl.Callback):
         self.metrics = check_metric_names(metrics, key="callbacks.evaluation.metrics")
         self.periodic_metrics = check_metric_names(periodic_metrics, key="callbacks.evaluation.periodic_metrics")
         given = {"infomec": infomec, "dci": dci, "mig": mig, "sap": sap, "modularity": modularity,
-                 "explicitness": explicitness, "mcc": mcc, "factorvae": factorvae, "betavae": betavae}
+                 "explicitness": explicitness, "mcc": mcc, "rotation": rotation, "factorvae": factorvae,
+                 "betavae": betavae}
         self.options = {name: dict(given[name] or {}) for name in OPTION_GROUPS}
         self.figures = bool(figures)
         self.n_interventions = int(n_interventions)
@@ -462,7 +471,28 @@ class DisentanglementEvaluation(pl.Callback):
             if job.reconstructions is not None:
                 artifacts["reconstructions"] = reconstruction_grid(*job.reconstructions,
                                                                    self.output_dir / "reconstructions.png")
+            if job.latents.shape[1] == 2 or "rotation" in out:
+                artifacts["latent_scatter"] = _latent_scatter(job, out, self.output_dir / "latent_scatter.png")
         return artifacts
+
+
+def _latent_scatter(job: EvaluationJob, out: dict, path: Path) -> Path:
+    """The Circles latent-space figure (spec categorical_vae.md §16): two latent dims coloured by each true factor,
+    titled with the model and, when computed, the rotation angle. With more than 2 latents it shows the two with the
+    largest regression directions (rotation computed) or the largest variances."""
+    directions = out.get("rotation_directions")
+    if job.latents.shape[1] == 2:
+        dims = (0, 1)
+    else:
+        weight = np.linalg.norm(directions, axis=1) if directions is not None else job.latents.var(axis=0)
+        dims = tuple(sorted(int(j) for j in np.argsort(-weight, kind="stable")[:2]))
+    title = f"{job.method} on {job.data} (step {job.step})"
+    if "rotation" in out:
+        title += f": rotation {float(out['rotation']):.1f} deg"
+    if "mig" in out:
+        title += f", MIG {float(out['mig']):.3f}"
+    return latent_scatter(job.latents, job.factors, job.factor_names, path, dims=dims, title=title,
+                          directions=directions)
 
 
 def resolve_options(options: dict, model_device: str, infoe_features: str = "standardize") -> dict:

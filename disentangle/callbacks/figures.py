@@ -5,7 +5,8 @@ NMI heatmap: sources as rows, latents as columns, inactive latents' labels in re
 spec qlae.md §9.2). DCI importance heatmap: the importance matrix R (latents x factors) of nonlinear DCI (spec
 §8.6). Intervention grid: one encoded image, each latent swept over its range on the evaluation set while the
 others stay fixed, decoded without re-quantizing (spec §9.1). Reconstruction grid: evaluation images on the
-top row, their reconstructions (spec §8.7) below.
+top row, their reconstructions (spec §8.7) below. Latent scatter: two latent dimensions, one panel per factor, points
+coloured by the true factor value (Friede et al.'s Circles latent spaces, categorical_vae.md §16).
 
 Every function draws with matplotlib's object API (``Figure`` + the Agg canvas), never ``pyplot``: there is no
 global figure state, so the figures can be rendered in the evaluation callback's worker thread while training
@@ -121,4 +122,45 @@ def reconstruction_grid(originals: np.ndarray, reconstructions: np.ndarray, path
     ax.set_xticks([])
     ax.set_yticks([h / 2, h + pad + h / 2], ["original", "reconstruction"], fontsize=8)
     ax.set_title("reconstructions")
+    return _save(fig, path)
+
+
+MAX_SCATTER_PANELS = 8  # latent_scatter draws at most this many factors
+
+
+def latent_scatter(latents: np.ndarray, factors: np.ndarray, factor_names: Sequence[str], path: str | Path, *,
+                   dims: Sequence[int] = (0, 1), title: str = "", directions: np.ndarray | None = None) -> Path:
+    """Scatter of latent dims ``dims`` (two of them) of the evaluation set, one panel per factor (at most
+    :data:`MAX_SCATTER_PANELS`) with the points coloured by that factor's true value: Friede et al.'s Circles
+    latent-space figures (Fig. 3, Figs. 10/11; categorical_vae.md §16). ``directions`` (n_latents, n_factors), e.g.
+    the unit regression directions of :func:`disentangle.metrics.rotation`, are drawn as an arrow from the latent mean
+    in each factor's panel. ``title`` goes above the panels. Saved to ``path``; returns the path."""
+    latents, factors = np.asarray(latents, dtype=np.float64), np.asarray(factors)
+    if latents.ndim != 2 or factors.ndim != 2 or len(latents) != len(factors):
+        raise ValueError(f"latents and factors must be (n, d) and (n, k) arrays; got {latents.shape} and "
+                         f"{factors.shape}")
+    dims = [int(d) for d in dims]
+    if len(dims) != 2 or not all(0 <= d < latents.shape[1] for d in dims):
+        raise ValueError(f"dims must be two latent indices below {latents.shape[1]}, got {dims}")
+    points = latents[:, dims]
+    n_panels = min(factors.shape[1], MAX_SCATTER_PANELS)
+    fig = _figure(4.0 * n_panels + 0.5, 4.3)
+    span = float(np.ptp(points, axis=0).max()) or 1.0
+    centre = points.mean(axis=0)
+    for k in range(n_panels):
+        ax = fig.add_subplot(1, n_panels, k + 1)
+        order = np.argsort(factors[:, k], kind="stable")  # draw high values last, like a colour ramp
+        sc = ax.scatter(points[order, 0], points[order, 1], c=factors[order, k], s=5, cmap="viridis",
+                        linewidths=0, rasterized=True)
+        fig.colorbar(sc, ax=ax, fraction=0.046, pad=0.04).set_label(f"true {factor_names[k]}", fontsize=8)
+        if directions is not None:
+            arrow = np.asarray(directions)[dims, k] * 0.35 * span
+            ax.annotate("", xy=centre + arrow, xytext=centre,
+                        arrowprops={"arrowstyle": "->", "color": "red", "linewidth": 1.5})
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.set_xlabel(f"z{dims[0]}")
+        ax.set_ylabel(f"z{dims[1]}")
+        ax.set_title(f"coloured by {factor_names[k]}", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
     return _save(fig, path)

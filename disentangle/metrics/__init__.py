@@ -30,6 +30,7 @@ from disentangle.metrics.reconstruction import (
     psnr_from_mse,
     psnr_per_image,
 )
+from disentangle.metrics.rotation import rotation
 from disentangle.metrics.sampled import betavae_score, factorvae_score
 from disentangle.metrics.sap import sap
 from disentangle.metrics.suite import (
@@ -82,6 +83,7 @@ __all__ = [
     "psnr",
     "psnr_from_mse",
     "psnr_per_image",
+    "rotation",
     "sampled_metrics",
     "sap",
 ]

@@ -3,7 +3,8 @@
 Two kinds (spec ``shared/specs/categorical_vae.md`` §12 lists both):
 
 * **array metrics** — functions of one (latents, factors) evaluation set: InfoMEC, DCI (qlae.md §8), MIG, SAP,
-  Modularity, Explicitness (categorical_vae.md §12), MCC (cliff.md §7.1). :func:`array_metrics` runs them on
+  Modularity, Explicitness (categorical_vae.md §12), MCC (cliff.md §7.1), the latent rotation angle of a 2-factor
+  dataset (categorical_vae.md §16; skipped with a logged reason on other data). :func:`array_metrics` runs them on
   numpy arrays, so it can run in a worker thread;
 * **sampled metrics** — FactorVAE and BetaVAE scores draw their own batches with one factor fixed, so they need
   the data module and an encoder (:func:`sampled_metrics`).
@@ -14,6 +15,7 @@ Every result is flattened into one dict: the scalar keys of :data:`SCALAR_KEYS` 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -24,6 +26,7 @@ from disentangle.metrics.infomec import infomec
 from disentangle.metrics.mcc import mcc
 from disentangle.metrics.mig import mig
 from disentangle.metrics.modularity import explicitness, modularity
+from disentangle.metrics.rotation import rotation
 from disentangle.metrics.sampled import betavae_score, factorvae_score
 from disentangle.metrics.sap import sap
 
@@ -47,6 +50,8 @@ _ARRAY: dict[str, tuple[Callable[..., dict], dict[str, str]]] = {
     "modularity": (modularity, {"modularity": "modularity", "per_latent": "modularity_per_latent"}),
     "explicitness": (explicitness, {"explicitness": "explicitness", "per_source": "explicitness_per_source"}),
     "mcc": (mcc, {"mcc": "mcc", "matching": "mcc_matching"}),
+    "rotation": (rotation, {"rotation": "rotation", "per_factor": "rotation_per_factor",
+                            "directions": "rotation_directions", "r2": "rotation_r2"}),
 }
 _SAMPLED: dict[str, tuple[Callable[..., dict], dict[str, str]]] = {
     "factorvae": (factorvae_score, {"factorvae": "factorvae"}),
@@ -59,10 +64,12 @@ METRICS = ARRAY_METRICS + SAMPLED_METRICS
 # Every scalar a full evaluation can report, in table order, with its column label.
 SCALAR_LABELS = {
     "infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I", "dci_c": "C",
-    "mig": "MIG", "sap": "SAP", "modularity": "Mod", "explicitness": "Expl", "mcc": "MCC",
+    "mig": "MIG", "sap": "SAP", "modularity": "Mod", "explicitness": "Expl", "mcc": "MCC", "rotation": "Rot (deg)",
     "factorvae": "FactorVAE", "betavae": "BetaVAE", "psnr": "PSNR (dB)", "mse": "MSE",
 }
 SCALAR_KEYS = tuple(SCALAR_LABELS)
+
+log = logging.getLogger(__name__)
 
 
 def check_metric_names(names: Iterable[str] | str, *, key: str = "metrics") -> tuple[str, ...]:
@@ -104,11 +111,24 @@ def array_metrics(
         if name not in _ARRAY:
             continue
         fn, keys = _ARRAY[name]
+        if name == "rotation" and not _rotation_applies(factors, latents):
+            continue
         kwargs = dict(options.get(name) or {})
         if name == "infomec":
             kwargs["discrete_latents"] = discrete_latents
         out.update(_flatten(name, fn(factors, latents, **kwargs), keys))
     return out
+
+
+def _rotation_applies(factors: Any, latents: Any) -> bool:
+    """The rotation angle needs exactly 2 factors and >= 2 latents (categorical_vae.md §16); on other data it is
+    skipped with a logged reason (so ``metrics: all`` works everywhere)."""
+    n_s, n_z = (shape[1] if len(shape) == 2 else 1 for shape in (np.shape(factors), np.shape(latents)))
+    if n_s == 2 and n_z >= 2:
+        return True
+    log.warning("metric 'rotation' skipped: it needs exactly 2 factors and at least 2 latent dimensions "
+                "(got %d factors, %d latents)", n_s, n_z)
+    return False
 
 
 def sampled_metrics(

@@ -5,8 +5,11 @@
 * :class:`DlibEncoder`, :class:`DlibDecoder`: disentanglement_lib's conv/deconv networks (categorical_vae spec §8).
 * :class:`DalleEncoder`, :class:`DalleDecoder`: FactorQVAE's DALL-E-style residual networks (factorqvae spec §3.2).
 * :class:`SmallEncoder`, :class:`SmallDecoder`: a small architecture for CPU runs and tests.
+* :class:`BroadcastDecoder`: the spatial-broadcast decoder of Friede et al.'s Circles experiment (categorical_vae spec §8
+  Table 3); ``model/arch=broadcast`` pairs it with :class:`DlibEncoder`.
 """
 
+from .broadcast import BroadcastDecoder
 from .dlib import DlibDecoder, DlibEncoder
 from .factorqvae import DalleDecoder, DalleEncoder
 from .qlae import ConvEncoder, StyleDecoder
@@ -14,6 +17,7 @@ from .small import SmallDecoder, SmallEncoder
 from .tripod import ResidualDecoder, ResidualEncoder
 
 __all__ = [
+    "BroadcastDecoder",
     "ConvEncoder",
     "DalleDecoder",
     "DalleEncoder",
