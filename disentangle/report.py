@@ -3,7 +3,8 @@
 Reads every run under the directories (``metrics.json`` and ``.hydra/config.yaml``), groups runs by model, dataset
 and the hyperparameters that vary apart from the seed, aggregates each metric over seeds (mean ± 95% CI with
 Student's t by default; median with quartiles or mean ± standard error by option), applies a paper's selection
-rule if asked, prints the table (best per column in bold) and draws a figure. Runs that failed or have no
+rule if asked, averages over datasets when there are several (the papers' "aggregated" column: the mean of the
+per-dataset means), prints the tables (best per column in bold) and draws a figure. Runs that failed or have no
 ``metrics.json`` are listed with their error line.
 """
 from __future__ import annotations
@@ -51,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compare-paper", action="append", default=[], metavar="PAPER:TABLE",
                    help="put the published value next to each cell (e.g. qlae:12, tripod:1, friede:1; "
                         "repeat or comma-separate for several, PAPER alone for all its tables)")
+    p.add_argument("--no-aggregate", action="store_true",
+                   help="with several datasets, leave out the 'aggregated' table (per model, the mean over the "
+                        "datasets of each per-dataset mean, errors propagated: QLAE Tables 1-2, Tripod Table 1)")
     p.add_argument("--published", type=Path, default=None, metavar="CSV",
                    help="take the published numbers from this CSV (the package file's columns) instead")
     p.add_argument("--figure", type=Path, default=None,
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         rep, empty = build_report(
             args.dirs, stat=args.stat, select=args.select, select_by=args.select_by, psnr_min=args.psnr_min,
             metrics=_split(args.metrics) or None, pool=_split(args.pool), ddof=args.ddof,
-            compare=args.compare_paper, published=args.published)
+            compare=args.compare_paper, published=args.published, across_data=not args.no_aggregate)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.code
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     text = RENDERERS[args.format](rep)
     sys.stdout.write(text)
     if args.format != "md":  # md carries these in its own sections; latex has them as comments too
-        for line in [*rep.notes, *rep.warnings]:
+        for line in [*rep.notes, *rep.aggregation, *rep.warnings]:
             print(line, file=sys.stderr)
         for r in rep.left_out:
             print(f"left out: {r.path}: {r.error}", file=sys.stderr)

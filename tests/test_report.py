@@ -272,6 +272,109 @@ def test_delta_st_selection_adds_the_smallest_gap_run_per_dataset(tmp_path, caps
     assert rc == 2 and "python -m disentangle.select" in err and err.count("\n") == 1
 
 
+# -- the "aggregated" column: the mean over datasets --------------------------------------------------------------
+AGGREGATED_PUBLISHED = """paper,table,method,dataset,metric,value,uncertainty,low,high,n_seeds,note
+qlae,1,QLAE (ours),aggregated,infom,0.76,none,,,7,mean over the 4 datasets x 7 seeds
+qlae,1,AE,aggregated,infom,0.40,none,,,7,mean over the 4 datasets x 7 seeds
+qlae,1,QLAE (ours),shapes3d,infom,0.95,none,,,7,
+"""
+
+
+def _two_datasets(root):
+    # per dataset 3 seeds; qlae and ae on both datasets, betavae only on shapes3d; ae has PSNR only on shapes3d
+    values = {("qlae", "shapes3d"): (0.90, 0.95, 1.00), ("qlae", "mpi3d"): (0.51, 0.61, 0.71),
+              ("ae", "shapes3d"): (0.30, 0.30, 0.30), ("ae", "mpi3d"): (0.20, 0.20, 0.20),
+              ("betavae", "shapes3d"): (0.5, 0.6, 0.7)}
+    for j, ((model, data), infoms) in enumerate(values.items()):
+        for seed, infom in enumerate(infoms):
+            extra = {"psnr": 30.0 + seed} if (model, data) != ("ae", "mpi3d") else {}
+            fake_run(root, f"{j}{seed}_{model}_{data}", model, data=data, seed=seed,
+                     metrics={"infom": infom, **extra})
+
+
+def test_aggregated_rows_are_the_mean_over_datasets_of_the_per_dataset_means(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    _two_datasets(runs)
+    (tmp_path / "published.csv").write_text(AGGREGATED_PUBLISHED)
+    rc, out, err = run_report([runs, "--format", "csv", "--no-figure", "--compare-paper", "qlae:1",
+                               "--published", tmp_path / "published.csv"], capsys)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rc == 0 and [(r["model"], r["data"]) for r in rows] == [
+        ("qlae", "shapes3d"), ("ae", "shapes3d"), ("betavae", "shapes3d"), ("qlae", "mpi3d"), ("ae", "mpi3d"),
+        ("qlae", "aggregated"), ("ae", "aggregated")]
+    qlae = rows[-2]
+    # shapes3d 0.90/0.95/1.00: mean 0.95, sd 0.05, se 0.05/sqrt(3) = 0.0288675, t(0.975, 2) = 4.30265 -> 0.124207,
+    # median 0.95, q25 0.925, q75 0.975; mpi3d 0.51/0.61/0.71: mean 0.61, sd 0.1, se 0.0577350, half-width 0.248414,
+    # q25 0.56, q75 0.66. Aggregated: mean (0.95 + 0.61)/2 = 0.78; se sqrt(0.0288675^2 + 0.0577350^2)/2 = 0.0322749;
+    # half-width sqrt(0.124207^2 + 0.248414^2)/2 = 0.138866; median 0.78, q25 (0.925 + 0.56)/2 = 0.7425, q75 0.8175
+    expected = {"mean": 0.78, "se": 0.0322749, "ci95": 0.138866, "median": 0.78, "q25": 0.7425, "q75": 0.8175}
+    assert {k: float(qlae[f"infom_{k}"]) for k in expected} == pytest.approx(expected, abs=1e-5)
+    assert qlae["n"] == "6" and float(qlae["infom_paper"]) == 0.76 and qlae["infom_inside"] == "1"  # 0.76 in ours
+    assert float(qlae["infom_diff"]) == pytest.approx(0.02)
+    # psnr 30/31/32 on both datasets: mean 31, half-width sqrt(2) * 4.30265 * 1/sqrt(3) / 2 = 1.75655
+    assert (float(qlae["psnr_mean"]), float(qlae["psnr_ci95"])) == (31.0, pytest.approx(1.75655, abs=1e-5))
+    ae = rows[-1]  # no spread on either dataset: 0.25 ± 0; PSNR only on shapes3d: not aggregated
+    assert (float(ae["infom_mean"]), float(ae["infom_ci95"]), ae["psnr_mean"], ae["infom_paper"]) == (
+        pytest.approx(0.25), pytest.approx(0.0, abs=1e-12), "", "0.4")
+    assert "note: betavae left out of the aggregated rows: not on mpi3d (only on shapes3d)" in err
+    assert "note: ae: psnr not aggregated (not measured on mpi3d)" in err
+    assert "the published aggregated values are means over shapes3d, mpi3d, falcor3d, isaac3d; these rows are " \
+           "over shapes3d, mpi3d" in err
+    # the per-dataset rows are what they were
+    assert float(rows[0]["infom_mean"]) == pytest.approx(0.95) and float(rows[0]["infom_paper"]) == 0.95
+
+    rc, md, _ = run_report([runs, "--compare-paper", "qlae:1", "--published", tmp_path / "published.csv"], capsys)
+    section = md.split("## aggregated", 1)[1]
+    assert rc == 0 and "15 runs in 5 groups" in md and "over 2 datasets (shapes3d, mpi3d)" in section
+    assert "| qlae | 6 | **0.78 ± 0.14** (paper 0.76; Δ +0.02, in (ours)) | 31.0 ± 1.8 |" in section  # one entry: no bold
+    assert "| ae | 6 | 0.25 ± 0.00 (paper 0.40; Δ −0.15, out (ours)) | – |" in section
+    assert "- note: betavae left out" in section
+    assert (runs / "report.png").read_bytes()[:4] == b"\x89PNG"
+    rc, tex, _ = run_report([runs, "--format", "latex", "--no-figure"], capsys)
+    assert rc == 0 and tex.count(r"\begin{table}") == 3 and r"\caption{aggregated over 2 datasets" in tex
+    # opt out: the report of before, no aggregated rows
+    rc, out, err = run_report([runs, "--format", "csv", "--no-figure", "--no-aggregate"], capsys)
+    assert rc == 0 and len(out.splitlines()) == 6 and "aggregated" not in out + err
+    # one dataset: nothing changes
+    rc, out, err = run_report([runs / "00_qlae_shapes3d", runs / "20_ae_shapes3d", "--no-figure"], capsys)
+    assert rc == 0 and "## aggregated" not in out and "| ae |" in out and err == ""
+
+
+def test_aggregated_rows_after_a_selection_take_each_datasets_choice(tmp_path):
+    from disentangle.reporting import aggregate_across_data
+
+    wd = "model.optimizer.weight_decay"
+    # qlae: weight decay 0.1 wins on shapes3d, 0.01 on mpi3d; ae: one configuration per dataset
+    for data, best in (("shapes3d", 0.1), ("mpi3d", 0.01)):
+        for w in (0.1, 0.01):
+            for seed in (0, 1):
+                fake_run(tmp_path, f"{data}_{w}_{seed}", "qlae", data=data, seed=seed, params={wd: w},
+                         metrics={"infom": (0.8 if w == best else 0.4) + 0.1 * seed})
+        fake_run(tmp_path, f"{data}_ae", "ae", data=data, metrics={"infom": 0.3 if data == "mpi3d" else 0.5})
+    agg = aggregate(read_runs([tmp_path]).runs)
+    # without a selection, each weight decay is its own aggregated row (qlae: 0.85 and 0.45 on both datasets)
+    rows, lines = aggregate_across_data(agg.groups)
+    assert [(g.model, g.params[wd], g.stats["infom"].mean) for g in rows] == [
+        ("qlae", 0.01, pytest.approx(0.65)), ("qlae", 0.1, pytest.approx(0.65)), ("ae", 0.1, pytest.approx(0.4))]
+    assert lines == [] and all(g.over == ("mpi3d", "shapes3d") and g.data == "aggregated" for g in rows)
+    # after the selection: one row per model, the mean of the chosen configurations (0.85 on both datasets)
+    chosen, _ = select_best(agg, "infom")
+    rows, _ = aggregate_across_data(chosen)
+    (qlae,) = [g for g in rows if g.model == "qlae"]
+    assert qlae.stats["infom"].mean == pytest.approx(0.85) and qlae.params[wd] is None and qlae.n == 4
+    assert qlae.note == f"per dataset: mpi3d {wd}=0.01; shapes3d {wd}=0.1"  # datasets in the runs' order
+    assert qlae.stats["infom"].values == pytest.approx((0.85, 0.85))
+    # single-run groups have no interval, so neither has their mean
+    (ae,) = [g for g in rows if g.model == "ae"]
+    assert ae.stats["infom"].mean == pytest.approx(0.4) and math.isnan(ae.stats["infom"].ci95)
+
+
+def test_the_package_data_has_the_aggregated_rows_the_report_compares_with():
+    pub = Published(load_rows([("qlae", "1"), ("tripod", "1")]))
+    assert pub.lookup("qlae", "aggregated", "infom")["value"] == 0.76
+    assert pub.lookup("tripod", "aggregated", "infom")["value"] == 0.78
+
+
 # -- bad input -----------------------------------------------------------------------------------------------------
 def test_a_directory_without_runs_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()

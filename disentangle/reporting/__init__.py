@@ -1,5 +1,6 @@
-"""Turning sweeps into the papers' tables: read runs, group, aggregate over seeds, select, compare with the published
-numbers, render (md / csv / LaTeX), draw, and log to W&B. The command line is :mod:`disentangle.report`.
+"""Turning sweeps into the papers' tables: read runs, group, aggregate over seeds, select, average over datasets
+(the "aggregated" column), compare with the published numbers, render (md / csv / LaTeX), draw, and log to W&B.
+The command line is :mod:`disentangle.report`.
 
 Modules: :mod:`.runs` (finding and reading run directories), :mod:`.aggregate` (hyperparameters, groups and
 statistics), :mod:`.rules` (selection rules and the PSNR filter), :mod:`.compare` (published numbers),
@@ -10,8 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .aggregate import Aggregate, Group, Stats, aggregate, summarize
-from .compare import METHOD_NAMES, Published, load_rows, parse_tables
+from .aggregate import (
+    AGGREGATED,
+    Aggregate,
+    Group,
+    Stats,
+    aggregate,
+    aggregate_across_data,
+    mean_over_data,
+    summarize,
+)
+from .compare import METHOD_NAMES, PAPER_AGGREGATE_DATA, Published, load_rows, parse_tables
 from .rules import PsnrFilter, select_best, select_delta_st
 from .runs import Run, read_runs
 from .tables import METRIC_ORDER, RENDERERS, Report
@@ -31,8 +41,11 @@ class ReportError(ValueError):
 def build_report(dirs: Sequence[Path | str], *, stat: str = "ci95", select: str = "none", select_by: str = "mean",
                  psnr_min: str | None = None, metrics: Sequence[str] | None = None, pool: Sequence[str] = (),
                  ddof: int = 1, compare: Sequence[str] = (), published: Path | str | None = None,
-                 title: str | None = None) -> tuple[Report, list[str]]:
+                 title: str | None = None, across_data: bool = True) -> tuple[Report, list[str]]:
     """The report of the runs under ``dirs`` and the lines about given directories that hold no runs.
+
+    ``across_data``: when the selected groups span several datasets, add the ``aggregated`` rows (the mean over the
+    datasets, :func:`.aggregate.aggregate_across_data`), compared with the papers' ``aggregated`` rows.
 
     Raises :class:`ReportError` for a bad option or when no run at all can be aggregated."""
     if stat not in STAT_MODES:
@@ -82,9 +95,15 @@ def build_report(dirs: Sequence[Path | str], *, stat: str = "ci95", select: str 
             raise ReportError(str(exc)) from None
     if not groups:
         raise ReportError("nothing to report: no group is left after the selection: " + "; ".join(notes), code=1)
-    rep = Report(groups, agg.params, agg.metrics, stat=stat, published=Published(rows) if rows else None,
+    combined, aggregation = aggregate_across_data(groups) if across_data else ([], [])
+    rep = Report(groups + combined, agg.params, agg.metrics, stat=stat, published=Published(rows) if rows else None,
                  left_out=found.left_out, notes=notes, warnings=warnings, pooled=agg.pooled,
-                 title=title or "Report: " + ", ".join(str(d) for d in dirs))
+                 title=title or "Report: " + ", ".join(str(d) for d in dirs), aggregation=aggregation)
+    compared = {rep.groups[i].over for i, _ in rep.comparisons if rep.groups[i].over}
+    for over in compared:
+        if sorted(over) != sorted(PAPER_AGGREGATE_DATA):
+            rep.aggregation.append(f"note: the published {AGGREGATED} values are means over "
+                                   f"{', '.join(PAPER_AGGREGATE_DATA)}; these rows are over {', '.join(over)}")
     return rep, found.empty
 
 
@@ -133,6 +152,6 @@ def log_to_wandb(rep: Report, *, project: str = "disentangle", group: str | None
     return where
 
 
-__all__ = ["METHOD_NAMES", "RENDERERS", "STAT_MODES", "Aggregate", "Group", "PsnrFilter", "Published", "Report",
-           "ReportError", "Run", "Stats", "aggregate", "build_report", "log_to_wandb", "read_runs", "select_best",
-           "select_delta_st", "summarize"]
+__all__ = ["AGGREGATED", "METHOD_NAMES", "RENDERERS", "STAT_MODES", "Aggregate", "Group", "PsnrFilter", "Published",
+           "Report", "ReportError", "Run", "Stats", "aggregate", "aggregate_across_data", "build_report",
+           "log_to_wandb", "mean_over_data", "read_runs", "select_best", "select_delta_st", "summarize"]

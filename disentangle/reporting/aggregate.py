@@ -10,6 +10,17 @@
   FactorQVAE), the median with the 25th/75th percentiles (numpy's linear convention; Friede et al. Tables 5-7)
   and the standard error ``sd / sqrt(n)`` (Cliff §7.4). ``sd`` uses ``ddof=1`` unless asked otherwise (the QLAE
   authors' ``scripts/tables.py`` uses ``ddof=0``).
+* Across datasets (:func:`aggregate_across_data`; the "aggregated" column of QLAE Tables 1-2 and Tripod Table 1,
+  data name ``aggregated``): per (model, hyperparameters that still separate its rows within a dataset after the
+  selection), the mean over the k datasets of each metric's per-dataset mean (the papers' "mean over the 4
+  datasets"; with equal seed counts the mean over all runs), median and quartiles likewise the mean of the
+  per-dataset ones. The interval treats the per-dataset means as independent estimates and propagates their errors:
+  standard error ``sqrt(sum_d se_d^2) / k`` (exact for a mean of independent means), 95% half-width
+  ``sqrt(sum_d h_d^2) / k`` with each dataset's own Student-t half-width ``h_d`` (a little wider than a
+  Welch-Satterthwaite interval would be). Neither paper prints an interval for this column; a t-interval over
+  the k dataset means would measure how the datasets differ, not the seed noise, and the QLAE authors' script
+  (``2.052 * mean_d se_d``, t for 27 degrees of freedom) is wider by about sqrt(k). Only groups present on every
+  dataset of the report are aggregated; the others are named.
 """
 from __future__ import annotations
 
@@ -193,6 +204,7 @@ class Group:
     runs: list[Run]
     stats: dict[str, Stats] = field(default_factory=dict)
     note: str = ""                         # e.g. which run a selection row holds
+    over: tuple[str, ...] = ()             # an "aggregated" row: the datasets it is the mean over
 
     @property
     def n(self) -> int:
@@ -262,6 +274,83 @@ def _sort_key(value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (0, float(value), "")
     return (1, 0.0, str(value))
+
+
+# -- across datasets -----------------------------------------------------------------------------------------------
+AGGREGATED = "aggregated"  # the data name of the rows averaged over datasets (the published rows' ``dataset``)
+
+
+def mean_over_data(stats: Sequence[Stats]) -> Stats:
+    """One metric's statistics over datasets from its per-dataset ``stats``: the mean (median, quartiles) of the
+    per-dataset means (medians, quartiles); standard error and 95% half-width propagated as independent errors,
+    ``sqrt(sum of squares) / k`` (NaN when a dataset has none); ``n`` counts every run, ``sd`` is undefined (NaN)
+    and ``values`` are the per-dataset means."""
+    k = len(stats)
+
+    def mean_of(name: str) -> float:
+        return sum(getattr(s, name) for s in stats) / k
+
+    def propagated(name: str) -> float:
+        return math.sqrt(sum(getattr(s, name) ** 2 for s in stats)) / k
+
+    return Stats(sum(s.n for s in stats), mean_of("mean"), propagated("ci95"), mean_of("median"), mean_of("q25"),
+                 mean_of("q75"), propagated("se"), math.nan, tuple(s.mean for s in stats))
+
+
+def aggregate_across_data(groups: Sequence[Group]) -> tuple[list[Group], list[str]]:
+    """The ``aggregated`` rows of ``groups`` (already selected) when they span several datasets, and lines about the
+    groups and metrics left out; ``([], [])`` for a single dataset.
+
+    A row stands for a model and the hyperparameters that still separate that model's rows within a dataset: after
+    a selection (one row per model and dataset) the model alone, whatever configuration each dataset chose (its
+    note names them); without one, each configuration. It is made only when the group is on every dataset of
+    ``groups``; a metric only when every dataset's group has it. See :func:`mean_over_data` for the statistics."""
+    groups = [g for g in groups if not g.over]
+    datasets = list(dict.fromkeys(g.data for g in groups))
+    if len(datasets) < 2:
+        return [], []
+    values: dict[tuple[str, str, str], set] = {}
+    for g in groups:
+        for key, value in g.params.items():
+            values.setdefault((g.model, g.data, key), set()).add(_freeze(value))
+    separating: dict[str, list[str]] = {}
+    for (model, _, key), seen in values.items():
+        if len(seen) > 1 and key not in separating.setdefault(model, []):
+            separating[model].append(key)
+    buckets: dict[tuple, dict[str, Group]] = {}
+    for g in groups:
+        key = (g.model, tuple((k, _freeze(g.params.get(k))) for k in separating.get(g.model, ())))
+        buckets.setdefault(key, {})[g.data] = g
+    out, lines = [], []
+    for (model, key_params), by_data in buckets.items():
+        hp = ", ".join(f"{k}={format_value(by_data[next(iter(by_data))].params.get(k))}" for k, _ in key_params)
+        label = model + (f" ({hp})" if hp else "")
+        missing = [d for d in datasets if d not in by_data]
+        if missing:
+            lines.append(f"note: {label} left out of the {AGGREGATED} rows: not on {', '.join(missing)} "
+                         f"(only on {', '.join(by_data)})")
+            continue
+        members = [by_data[d] for d in datasets]
+        keys = list(dict.fromkeys(k for m in members for k in m.params))
+        params, differing = {}, []
+        for k in keys:
+            same = len({_freeze(m.params.get(k)) for m in members}) == 1
+            params[k] = members[0].params.get(k) if same else None
+            if not same:
+                differing.append(k)
+        note = ("per dataset: " + "; ".join(
+            f"{m.data} " + ", ".join(f"{k}={format_value(m.params.get(k))}" for k in differing) for m in members)
+            if differing else "")
+        g = Group(model, AGGREGATED, params, [r for m in members for r in m.runs], note=note, over=tuple(datasets))
+        metrics = list(dict.fromkeys(m for member in members for m in member.stats))
+        for metric in metrics:
+            if all(metric in m.stats for m in members):
+                g.stats[metric] = mean_over_data([m.stats[metric] for m in members])
+            else:
+                lacking = [m.data for m in members if metric not in m.stats]
+                lines.append(f"note: {label}: {metric} not {AGGREGATED} (not measured on {', '.join(lacking)})")
+        out.append(g)
+    return out, lines
 
 
 # lower is better for these (bolding, selection); every other metric is higher-is-better

@@ -61,6 +61,8 @@ METHOD_NAMES: dict[str, tuple[str, ...]] = {
     "factordvae_friede_masked": ("FactorDVAE (M)", "F-DVAE (M)"),
 }
 SELECTION_NAME = "Selection"  # Friede Table 1's row for the Δ_ST-selected model
+# the datasets the papers' "aggregated" rows (QLAE Tables 1-2, Tripod Table 1) are the mean over
+PAPER_AGGREGATE_DATA = ("shapes3d", "mpi3d", "falcor3d", "isaac3d")
 
 
 def normalize(name: str) -> str:

@@ -4,6 +4,9 @@ and CSV (one flat row per group, every statistic in every mode).
 Bolding follows the QLAE paper (App. E): within a dataset's table, an entry is bold when its interval overlaps the
 interval with the highest upper end in its column (lowest lower end for lower-is-better metrics such as MSE). The
 interval is the one printed: mean ± 95% CI, mean ± SE, or [25%, 75%] quartiles; a single run is a point.
+
+A report over several datasets ends with an ``aggregated`` table (CSV rows with ``data=aggregated``): the mean over
+the datasets, :func:`.aggregate.aggregate_across_data`; the lines about what it leaves out follow it.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .aggregate import STATS, Group, Param, Stats, format_value, higher_is_better, short_names
+from .aggregate import AGGREGATED, STATS, Group, Param, Stats, format_value, higher_is_better, short_names
 from .compare import Comparison, Published
 from .runs import Run
 
@@ -29,6 +32,11 @@ STAT_TITLES = {
     "ci95": "mean ± 95% confidence interval (Student's t) over seeds",
     "se": "mean ± standard error over seeds",
     "quartiles": "median [25%, 75%] over seeds",
+}
+AGGREGATE_TITLES = {
+    "ci95": "mean over datasets of the per-dataset means ± sqrt(sum of the squared per-dataset 95% half-widths) / k",
+    "se": "mean over datasets of the per-dataset means ± sqrt(sum of the squared per-dataset standard errors) / k",
+    "quartiles": "mean over datasets of the per-dataset medians [mean 25%, mean 75%]",
 }
 
 
@@ -47,6 +55,7 @@ class Report:
     title: str = "Report"
     figure: str | None = None
     pooled: list[Param] = field(default_factory=list)
+    aggregation: list[str] = field(default_factory=list)  # lines about the aggregated rows (what is left out)
 
     def __post_init__(self):
         self.names = short_names(self.params)
@@ -63,6 +72,12 @@ class Report:
         for i, g in enumerate(self.groups):
             out.setdefault(g.data, []).append(i)
         return out
+
+    def aggregate_title(self) -> str:
+        """What the ``aggregated`` table holds: over which datasets, and its statistics."""
+        over = next((g.over for g in self.groups if g.over), ())
+        return (f"{AGGREGATED} over {len(over)} datasets ({', '.join(over)}): {AGGREGATE_TITLES[self.stat]}; "
+                f"n counts the runs on all of them")
 
     def columns_for(self, indices: Sequence[int]) -> list[str]:
         return [m for m in self.metrics if any(m in self.groups[i].stats for i in indices)]
@@ -126,8 +141,9 @@ def header(metric: str, arrows: tuple[str, str] = ("↑", "↓")) -> str:
 # -- markdown ----------------------------------------------------------------------------------------------------------
 def to_markdown(rep: Report) -> str:
     lines = [f"# {rep.title}", ""]
-    n_runs = sum(g.n for g in rep.groups)
-    summary = (f"{n_runs} run{'s' * (n_runs != 1)} in {len(rep.groups)} group{'s' * (len(rep.groups) != 1)}; "
+    own = [g for g in rep.groups if not g.over]
+    n_runs = sum(g.n for g in own)
+    summary = (f"{n_runs} run{'s' * (n_runs != 1)} in {len(own)} group{'s' * (len(own) != 1)}; "
                f"{STAT_TITLES[rep.stat]}.")
     if rep.pooled:
         summary += f" Pooled with the seeds: {', '.join(p.key for p in rep.pooled)}."
@@ -141,7 +157,10 @@ def to_markdown(rep: Report) -> str:
         metrics = rep.columns_for(indices)
         bold = {m: rep.bold(indices, m) for m in metrics}
         head = ["model", *(rep.names[p] for p in rep.params), "n", *(header(m) for m in metrics)]
-        lines += [f"## {data}", "", "| " + " | ".join(head) + " |",
+        lines += [f"## {data}", ""]
+        if rep.groups[indices[0]].over:
+            lines += [rep.aggregate_title()[0].upper() + rep.aggregate_title()[1:] + ".", ""]
+        lines += ["| " + " | ".join(head) + " |",
                   "|" + "---|" * (1 + len(rep.params)) + "---:|" + "---:|" * len(metrics)]
         for i in indices:
             g = rep.groups[i]
@@ -161,7 +180,12 @@ def to_markdown(rep: Report) -> str:
                 cells.append(text)
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         notes = [f"- {g.model}: {g.note}" for g in (rep.groups[i] for i in indices) if g.note]
+        if rep.groups[indices[0]].over:
+            notes += [f"- {line}" for line in rep.aggregation]
         lines += ["", *notes, ""] if notes else [""]
+    if rep.aggregation and not any(g.over for g in rep.groups):
+        lines += [f"## {AGGREGATED}", "", "No group is on every dataset.", "",
+                  *(f"- {line}" for line in rep.aggregation), ""]
     if rep.figure:
         lines += [f"Figure: `{rep.figure}`", ""]
     if rep.notes:
@@ -193,8 +217,8 @@ def to_latex(rep: Report) -> str:
         head = ["model", *(tex(rep.names[p]) for p in rep.params), "$n$",
                 *(tex(LABELS.get(m, m)) + (r" $\uparrow$" if higher_is_better(m) else r" $\downarrow$")
                   for m in metrics)]
-        out += ["", r"\begin{table}[t]", r"\centering",
-                rf"\caption{{{tex(data)}: {tex(STAT_TITLES[rep.stat])}.}}",
+        caption = rep.aggregate_title() if rep.groups[indices[0]].over else f"{data}: {STAT_TITLES[rep.stat]}"
+        out += ["", r"\begin{table}[t]", r"\centering", rf"\caption{{{tex(caption)}.}}",
                 rf"\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
         for i in indices:
             g = rep.groups[i]
@@ -214,7 +238,7 @@ def to_latex(rep: Report) -> str:
                 cells.append(text)
             out.append(" & ".join(cells) + r" \\")
         out += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    for line in [*rep.notes, *rep.warnings]:
+    for line in [*rep.notes, *rep.aggregation, *rep.warnings]:
         out.append(f"% {line}")
     for r in rep.left_out:
         out.append(f"% left out: {r.path}: {r.error}")
