@@ -4,6 +4,9 @@ Weight decay is not a loss term; it lives in the optimizer's parameter groups (`
 """
 from .base import Regularizer, StepContext, batch_std
 from .bio import BiologicalConstraints, biological_constraints
+from .cliff import Cliff, cliff_terms
+from .hfs import HausdorffFactorizedSupport, hausdorff_factorized_support
+from .ioss import IOSS, ioss
 from .klm import KernelMultiInformation, kernel_multi_information
 from .nhp import NormalizedHessianPenalty, normalized_hessian_penalty
 from .supervision import LabelSupervision, binned_cross_entropy, supervised_bce, supervised_l2
@@ -12,9 +15,12 @@ from .tcvae import DecomposedKL, tcvae_decomposition
 from .weight_decay import decay_groups
 
 __all__ = [
+    "IOSS",
     "AdversarialTotalCorrelation",
     "BiologicalConstraints",
+    "Cliff",
     "DecomposedKL",
+    "HausdorffFactorizedSupport",
     "KernelMultiInformation",
     "LabelSupervision",
     "NormalizedHessianPenalty",
@@ -23,8 +29,11 @@ __all__ = [
     "batch_std",
     "binned_cross_entropy",
     "biological_constraints",
+    "cliff_terms",
     "decay_groups",
     "discriminator_loss",
+    "hausdorff_factorized_support",
+    "ioss",
     "kernel_multi_information",
     "normalized_hessian_penalty",
     "permute_latents",

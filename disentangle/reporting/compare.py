@@ -53,7 +53,7 @@ METHOD_NAMES: dict[str, tuple[str, ...]] = {
     "factordvae": ("FactordVAE",),
     "factorqvae": ("FactorQVAE",),
     # Friede et al. (categorical_vae.md §14); Table 7 abbreviates FactorDVAE as F-DVAE, (M) = masked attention
-    "vae_friede": ("VAE",),
+    "vae_friede": ("VAE", "β-VAE"),  # Cliff's Table 3 runs its β-VAE row as vae_friede (sweeps/cliff_table3)
     "dvae_friede": ("D-VAE",),
     "factorvae_friede": ("FactorVAE",),
     "factordvae_friede": ("FactorDVAE", "F-DVAE"),
