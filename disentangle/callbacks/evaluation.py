@@ -45,6 +45,7 @@ from ..metrics.accumulate import LatentFactorAccumulator, disentanglement_metric
 from ..metrics.suite import SAMPLED_METRICS, SCALAR_KEYS, check_metric_names, sampled_metrics
 from .figures import (
     dci_importance_heatmap,
+    factor_recovery_scatter,
     intervention_grid,
     latent_scatter,
     nmi_heatmap,
@@ -118,8 +119,10 @@ class DisentanglementEvaluation(pl.Callback):
         infomec, dci, mig, sap, modularity, explicitness, mcc, rotation, factorvae, betavae: keyword options of
             each metric's function in :mod:`disentangle.metrics` (e.g. ``dci={"max_depth": 8}``).
         figures: write the NMI and DCI-importance heatmaps, the intervention grid and the reconstruction
-            grid at the end; and the latent scatter (``latent_scatter.png``, spec categorical_vae.md §16) when the
-            representation is 2-D or the rotation angle was computed.
+            grid at the end (the last two only for a model with a decoder); the latent scatter
+            (``latent_scatter.png``, spec categorical_vae.md §16) when the representation is 2-D or the rotation
+            angle was computed; and, when MCC was computed, true vs recovered factors (``factor_recovery.png``,
+            Cliff paper Fig. 1).
         n_interventions: interpolation points per latent in the intervention grid.
         progress: progress bar while encoding.
         background: compute the metrics in a worker thread so training is not stalled; the final evaluation is
@@ -272,14 +275,18 @@ class DisentanglementEvaluation(pl.Callback):
         for pos in tqdm(shard, desc="evaluate: encode", leave=False, disable=not self.progress or rank != 0):
             images, factors = datamodule.gather(indices[pos].to(device))
             z, recon = pl_module.embed(images)
+            if recon is None:  # encoder-only model: no reconstruction, no PSNR/MSE
+                acc.update(z.float(), factors, pos.to(device))
+                continue
             mse = M.mse_per_image(recon, images)
             acc.update(z.float(), factors, pos.to(device), torch.as_tensor(M.psnr_from_mse(mse), device=device),
                        torch.as_tensor(mse, device=device))
         if not shard:  # more ranks than batches: contribute zero rows of the right dtype and width
             images, factors = datamodule.gather(indices[:1].to(device))
-            z, _ = pl_module.embed(images)
+            z, recon = pl_module.embed(images)
             empty = torch.zeros(0, dtype=torch.float64, device=device)
-            acc.update(z[:0].float(), factors[:0], torch.zeros(0, dtype=torch.long, device=device), empty, empty)
+            quality = () if recon is None else (empty, empty)
+            acc.update(z[:0].float(), factors[:0], torch.zeros(0, dtype=torch.long, device=device), *quality)
         out = acc.compute()
         acc.reset()
         return out
@@ -307,7 +314,7 @@ class DisentanglementEvaluation(pl.Callback):
                 except Exception as exc:
                     raise _failure(step, exc) from exc
             interventions = reconstructions = None
-            if write and self.figures:
+            if write and self.figures and getattr(pl_module, "has_decoder", True):  # encoder-only: nothing to decode
                 interventions = self._decode_interventions(pl_module, datamodule, data["latents"])
                 reconstructions = self._reconstructions(pl_module, datamodule)
         finally:
@@ -473,6 +480,11 @@ class DisentanglementEvaluation(pl.Callback):
                                                                    self.output_dir / "reconstructions.png")
             if job.latents.shape[1] == 2 or "rotation" in out:
                 artifacts["latent_scatter"] = _latent_scatter(job, out, self.output_dir / "latent_scatter.png")
+            if "mcc_matching" in out:
+                artifacts["factor_recovery"] = factor_recovery_scatter(
+                    job.latents, job.factors, job.factor_names, self.output_dir / "factor_recovery.png",
+                    matching=out["mcc_matching"], title=f"{job.method} on {job.data} (step {job.step}): "
+                                                        f"MCC {float(out['mcc']):.3f}")
         return artifacts
 
 

@@ -7,6 +7,7 @@ spec qlae.md §9.2). DCI importance heatmap: the importance matrix R (latents x 
 others stay fixed, decoded without re-quantizing (spec §9.1). Reconstruction grid: evaluation images on the
 top row, their reconstructions (spec §8.7) below. Latent scatter: two latent dimensions, one panel per factor, points
 coloured by the true factor value (Friede et al.'s Circles latent spaces, categorical_vae.md §16).
+Factor recovery: true factors and the latents MCC matched to them, jointly and pair by pair (Cliff paper Fig. 1).
 
 Every function draws with matplotlib's object API (``Figure`` + the Agg canvas), never ``pyplot``: there is no
 global figure state, so the figures can be rendered in the evaluation callback's worker thread while training
@@ -161,6 +162,59 @@ def latent_scatter(latents: np.ndarray, factors: np.ndarray, factor_names: Seque
         ax.set_xlabel(f"z{dims[0]}")
         ax.set_ylabel(f"z{dims[1]}")
         ax.set_title(f"coloured by {factor_names[k]}", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def factor_recovery_scatter(latents: np.ndarray, factors: np.ndarray, factor_names: Sequence[str],
+                            path: str | Path, *, matching: np.ndarray | None = None, title: str = "") -> Path:
+    """True vs recovered factors (Cliff paper Fig. 1; spec cliff.md §10.1): with at least two matched pairs, the
+    true factors of the first two pairs against each other ("true z") and their matched latents against each other
+    ("recovered z'", the grid should come back axis-aligned); then one panel per matched pair (at most
+    :data:`MAX_SCATTER_PANELS`), the true factor (min-max scaled to [0, 1]) against its latent. ``matching``
+    (n_pairs, 2) holds (latent, factor) pairs, e.g. MCC's Hungarian matching; None pairs latent k with factor k.
+    Saved to ``path``; returns the path."""
+    latents, factors = np.asarray(latents, dtype=np.float64), np.asarray(factors, dtype=np.float64)
+    if latents.ndim != 2 or factors.ndim != 2 or len(latents) != len(factors):
+        raise ValueError(f"latents and factors must be (n, d) and (n, k) arrays; got {latents.shape} and "
+                         f"{factors.shape}")
+    if matching is None:
+        k = min(latents.shape[1], factors.shape[1])
+        matching = np.stack([np.arange(k), np.arange(k)], axis=1)
+    matching = np.asarray(matching, dtype=np.int64).reshape(-1, 2)
+    if len(matching) == 0 or not ((matching[:, 0] < latents.shape[1]).all() and (matching[:, 1] < factors.shape[1])
+                                  .all() and (matching >= 0).all()):
+        raise ValueError(f"matching must be non-empty (latent, factor) index pairs within {latents.shape[1]} "
+                         f"latents and {factors.shape[1]} factors; got {matching.tolist()}")
+    span = np.ptp(factors, axis=0)
+    scaled = (factors - factors.min(axis=0)) / np.where(span > 0, span, 1.0)
+    pairs = matching[np.argsort(matching[:, 1], kind="stable")][:MAX_SCATTER_PANELS]   # in factor order
+    joint = len(pairs) >= 2
+    n_panels = len(pairs) + (2 if joint else 0)
+    fig = _figure(3.6 * n_panels + 0.3, 3.9)
+    style = {"s": 3, "linewidths": 0, "alpha": 0.5, "rasterized": True}
+    panel = 1
+    if joint:
+        (j1, k1), (j2, k2) = pairs[0], pairs[1]
+        ax = fig.add_subplot(1, n_panels, panel)
+        ax.scatter(scaled[:, k1], scaled[:, k2], c="tab:blue", **style)
+        ax.set_xlabel(f"true {factor_names[k1]} (scaled)")
+        ax.set_ylabel(f"true {factor_names[k2]} (scaled)")
+        ax.set_title("true factors", fontsize=9)
+        ax = fig.add_subplot(1, n_panels, panel + 1)
+        ax.scatter(latents[:, j1], latents[:, j2], c="tab:orange", **style)
+        ax.set_xlabel(f"latent {j1}")
+        ax.set_ylabel(f"latent {j2}")
+        ax.set_title("recovered factors", fontsize=9)
+        panel += 2
+    for j, k in pairs:
+        ax = fig.add_subplot(1, n_panels, panel)
+        ax.scatter(scaled[:, k], latents[:, j], c="tab:green", **style)
+        ax.set_xlabel(f"true {factor_names[k]} (scaled)")
+        ax.set_ylabel(f"latent {j}")
+        ax.set_title(f"{factor_names[k]} vs latent {j}", fontsize=9)
+        panel += 1
     if title:
         fig.suptitle(title, fontsize=10)
     return _save(fig, path)

@@ -10,8 +10,11 @@ from .prepared import (
     open_prepared,
 )
 from .procedural_module import ProceduralDataModule, unravel
+from .synthetic import BallsDataModule, Cliff2dDataModule
 
 __all__ = [
+    "BallsDataModule",
+    "Cliff2dDataModule",
     "DatasetNotFoundError",
     "FactorDataModule",
     "IndexStream",

@@ -55,7 +55,10 @@ class Autoencoder(pl.LightningModule):
 
     Args:
         arch: {"encoder": factory, "decoder": factory} (Hydra ``_partial_``), completed here with the
-            data's shape; ``latent``: factory of the latent module.
+            data's shape; ``latent``: factory of the latent module. ``decoder: None`` (``model.arch.decoder: null``)
+            makes an **encoder-only** model (Cliff's synthetic experiment, spec cliff.md §2.1): no reconstruction
+            term, the loss is the latent module's and the regularizers' terms alone (at least one must be
+            active), ``embed`` returns no reconstruction and ``decode`` refuses.
         n_latents: number of latent dimensions (default in configs: 2 x number of factors).
         in_channels, resolution: image shape, taken from the data module.
         regularizers: name -> Regularizer; those with weight 0 are dropped (not computed).
@@ -115,7 +118,7 @@ class Autoencoder(pl.LightningModule):
         if set(arch) != {"encoder", "decoder"}:
             raise ValueError(f"model.arch must have exactly 'encoder' and 'decoder' (got {sorted(arch)})")
         self.encoder = arch["encoder"](in_channels=in_channels, resolution=resolution, out_features=self.latent.in_features)
-        self.decoder = arch["decoder"](
+        self.decoder = None if arch["decoder"] is None else arch["decoder"](
             in_features=self.latent.out_features, out_channels=in_channels, resolution=resolution
         )
         self.dataset_size = None if dataset_size is None else int(dataset_size)
@@ -129,8 +132,19 @@ class Autoencoder(pl.LightningModule):
         for key, reg in active.items():
             try:
                 reg.bind(self)
-            except ValueError as exc:
+            except (ValueError, AttributeError) as exc:
+                if self.decoder is None:  # e.g. a Hessian penalty looking up the decoder's layers
+                    raise ValueError(f"model.regularizers.{key} cannot work on an encoder-only model "
+                                     f"(model.arch.decoder is null): {exc}") from exc
+                if isinstance(exc, AttributeError):
+                    raise
                 raise ValueError(f"model.regularizers.{key}: {exc}") from exc
+            if self.decoder is None and reg.needs_activations:
+                raise ValueError(f"model.regularizers.{key} needs decoder activations, and this model is "
+                                 f"encoder-only (model.arch.decoder is null)")
+        if self.decoder is None and not active and not any(w > 0 for w in self.latent.weights.values()):
+            raise ValueError("model.arch.decoder is null (encoder-only) and no regularizer or latent term gives a "
+                             "loss: attach one, e.g. +regularizer=cliff")
         self.regularizers = nn.ModuleDict(active)
         self.split_batch = any(reg.uses_second_batch for reg in active.values())
         if self.split_batch and self.batch_size % 2:
@@ -147,6 +161,11 @@ class Autoencoder(pl.LightningModule):
         return bool(self.latent.discrete)
 
     @property
+    def has_decoder(self) -> bool:
+        """False for an encoder-only model (``model.arch.decoder: null``)."""
+        return self.decoder is not None
+
+    @property
     def adversaries(self) -> list[Regularizer]:
         """Regularizers that train a network of their own against the model, in optimizer order."""
         return [reg for reg in self.regularizers.values() if reg.adversarial]
@@ -156,6 +175,8 @@ class Autoencoder(pl.LightningModule):
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """The decoder's output: logits (``reconstruction="bce"``) or the centred image (``"mse"``)."""
+        if self.decoder is None:
+            raise ValueError("this model is encoder-only (model.arch.decoder is null): there is nothing to decode")
         return self.decoder(z)
 
     def to_image(self, output: torch.Tensor) -> torch.Tensor:
@@ -163,9 +184,11 @@ class Autoencoder(pl.LightningModule):
         return output + 0.5 if self.reconstruction == "mse" else torch.sigmoid(output)
 
     @torch.no_grad()
-    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(evaluation representation, reconstructed image)."""
+    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(evaluation representation, reconstructed image); the image is None for an encoder-only model."""
         out = self.encode(x)
+        if self.decoder is None:
+            return self.latent.representation(out), None
         return self.latent.representation(out), self.to_image(self.decode(out.z))
 
     @torch.no_grad()
@@ -197,12 +220,17 @@ class Autoencoder(pl.LightningModule):
         latent = self.latent(pre)
         needs = {name for reg in self.regularizers.values() for name in reg.needs_activations}
         activations: dict[str, torch.Tensor] = {}
-        if needs:
-            logits, activations = self.decoder(latent.z, return_activations=True)
+        terms: dict[str, torch.Tensor] = {}
+        weights: dict[str, float] = {}
+        if self.decoder is None:  # encoder-only: the regularizers' and latent's terms are the whole loss
+            logits = None
         else:
-            logits = self.decoder(latent.z)
-        terms = {"reconstruction": self.reconstruction_loss(logits, x)}
-        weights = {"reconstruction": 1.0}
+            if needs:
+                logits, activations = self.decoder(latent.z, return_activations=True)
+            else:
+                logits = self.decoder(latent.z)
+            terms["reconstruction"] = self.reconstruction_loss(logits, x)
+            weights["reconstruction"] = 1.0
         for name, value in latent.losses.items():
             terms[name] = value
             weights[name] = self.latent.weights[name] * self._scale(name, self.latent.density_terms)
@@ -301,8 +329,9 @@ class Autoencoder(pl.LightningModule):
         cfg = self.optim_cfg
         # learned constants of non-adversarial regularizers (e.g. the L2 supervision's scale) train with the model
         own = nn.ModuleList([reg for reg in self.regularizers.values() if not reg.adversarial])
+        networks = {"encoder": self.encoder, "decoder": self.decoder, "latent": self.latent, "regularizers": own}
         groups = decay_groups(
-            {"encoder": self.encoder, "decoder": self.decoder, "latent": self.latent, "regularizers": own},
+            {name: module for name, module in networks.items() if module is not None},
             cfg["weight_decay"],
             exempt=[self.latent, own],
         )
