@@ -123,3 +123,37 @@ def _has_netrc_key() -> bool:
             return "api.wandb.ai" in f.read()
     except OSError:
         return False
+
+
+def csv_logger(save_dir: str, name: str = "csv", version: str = "", **kwargs):
+    """Lightning's CSVLogger (scalars to ``<save_dir>/<name>/metrics.csv``) that can go on with the file of a run it
+    resumes: ``logger.keep_existing = True`` (set by :func:`disentangle.run.train` after cutting the file back to
+    the checkpoint's step) appends to it instead of deleting it, as the stock logger does with an old file."""
+    return _csv_logger_class()(save_dir=save_dir, name=name, version=version, **kwargs)
+
+
+@functools.cache
+def _csv_logger_class():
+    import csv
+
+    from lightning_fabric.utilities.rank_zero import rank_zero_only
+    from pytorch_lightning.loggers import CSVLogger
+    from pytorch_lightning.loggers.csv_logs import ExperimentWriter
+
+    class AppendingWriter(ExperimentWriter):
+        def _check_log_dir_exists(self) -> None:  # keep the file; new rows go after its rows, under its header
+            if os.path.isfile(self.metrics_file_path):
+                with open(self.metrics_file_path, newline="") as f:
+                    self.metrics_keys = list(next(csv.reader(f), []))
+
+    class ResumableCSVLogger(CSVLogger):
+        keep_existing = False
+
+        @property
+        def experiment(self):
+            if self._experiment is None and self.keep_existing and rank_zero_only.rank == 0:
+                self._fs.makedirs(self.root_dir, exist_ok=True)
+                self._experiment = AppendingWriter(log_dir=self.log_dir)
+            return super().experiment
+
+    return ResumableCSVLogger

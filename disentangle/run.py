@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import config as _config  # noqa: F401  (registers the resolvers used by conf/)
 from .callbacks import SUMMARY_KEYS, DisentanglementEvaluation
+from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
 from .config import one_line
 from .data import DatasetNotFoundError
 from .errors import ConfigError
@@ -52,22 +53,43 @@ def build(cfg: DictConfig) -> Job:
         raise kind(one_line(exc)) from exc
     if trainer.max_steps is None or trainer.max_steps < 1:
         raise ConfigError(f"trainer.max_steps must be >= 1 (got {trainer.max_steps})")
+    batch = getattr(datamodule, "batch_size", None)
+    if batch and trainer.world_size > 1 and batch % trainer.world_size:
+        raise ConfigError(f"model.batch_size={batch} is the global batch (the paper's): it must divide evenly over "
+                          f"the {trainer.world_size} processes (trainer.devices x trainer.num_nodes)")
     model.run_config = OmegaConf.to_container(cfg, resolve=True)
     evaluation = next((c for c in callbacks if isinstance(c, DisentanglementEvaluation)), None)
     return Job(cfg, datamodule, model, trainer, evaluation)
 
 
 def train(cfg: DictConfig) -> dict:
-    """Seed, build, fit; returns the final evaluation (also written to ``metrics.json``)."""
+    """Seed, build, fit; returns the final evaluation (also written to ``metrics.json``).
+
+    With ``resume`` (a run directory or a ``.ckpt`` file) or ``auto_resume`` and a ``last.ckpt`` in the output
+    directory, training goes on from that checkpoint (:mod:`disentangle.checkpointing`): the checkpoint is checked
+    first (a missing, partial or corrupt one stops here, with nothing changed), then the logs are cut back to its
+    step and Lightning restores the model, optimizers, schedulers, loop counters and (through ``RngState``) the
+    random generators."""
+    ckpt_path = find_checkpoint(cfg.get("resume"), cfg.paths.output_dir, bool(cfg.get("auto_resume", False)))
+    resumed_step = None
+    if ckpt_path is not None:
+        resumed_step = int(check_checkpoint(ckpt_path)["global_step"])
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
     job = build(cfg)
+    if ckpt_path is not None:
+        if job.trainer.is_global_zero:
+            trim_logs(cfg.paths.output_dir, resumed_step)
+        for logger in job.trainer.loggers:
+            if hasattr(logger, "keep_existing"):
+                logger.keep_existing = True
+        log.info("resuming from %s (step %d)", ckpt_path, resumed_step)
     # the loader yields index batches (cheap); images are made on the device, so no workers are needed
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     # manual optimization: a checkpoint at step N holds the weights after N updates, as with automatic
     # optimization; that is what resuming needs, so Lightning's warning about the post-step state is noise
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     start = time.perf_counter()
-    job.trainer.fit(job.model, datamodule=job.datamodule)
+    job.trainer.fit(job.model, datamodule=job.datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path))
     wall = time.perf_counter() - start
     result = dict(job.evaluation.last or {}) if job.evaluation else {}
     result["wall_seconds"] = wall

@@ -5,31 +5,98 @@ happen inside ``main`` so that ``--cfg job`` and ``--help`` answer quickly.
 """
 from __future__ import annotations
 
+import logging
 import sys
+from pathlib import Path
 
 import hydra
+import yaml
 from omegaconf import DictConfig
 
 from . import config
 from .errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
 
+log = logging.getLogger(__name__)
+
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from .callbacks import EvaluationError
+    from .multirun import in_multirun, record_failure
     from .run import train
 
+    multirun = in_multirun()
     try:
-        train(cfg)
-    except (ConfigError, DatasetNotFoundError, NonFiniteLossError) as exc:
+        return objective(cfg, train(cfg))
+    except (ConfigError, DatasetNotFoundError, NonFiniteLossError, EvaluationError) as exc:
+        # a metric failing (EvaluationError) keeps the checkpoints: `python -m disentangle.evaluate`
+        line = f"error: {config.one_line(exc)}"
+        print(line, file=sys.stderr)
+        if multirun:  # the sweep goes on; its summary lists this job
+            record_failure(cfg.paths.output_dir, line)
+            return None
+        sys.exit(1 if isinstance(exc, EvaluationError) else 3 if isinstance(exc, NonFiniteLossError) else 2)
+    except Exception as exc:  # an unexpected error: in a sweep, log it and go on with the other jobs
+        if not multirun:
+            raise
+        log.exception("job failed")
+        line = f"error: {type(exc).__name__}: {config.one_line(exc)}"
+        print(line, file=sys.stderr)
+        record_failure(cfg.paths.output_dir, line)
+        return None
+
+
+def objective(cfg: DictConfig, result: dict) -> float | None:
+    """What the job returns to a sweeper that optimises (``hydra/sweeper=optuna``): the metric named by
+    ``sweep_objective.metric`` (e.g. ``infom``); a run whose PSNR is below ``sweep_objective.psnr_min`` (the
+    papers' reconstruction filter) scores ``sweep_objective.infeasible`` instead. None when no objective is set."""
+    spec = cfg.get("sweep_objective")
+    if not spec or not spec.get("metric"):
+        return None
+    value = result.get(spec.metric)
+    if value is None:
+        raise ConfigError(f"sweep_objective.metric={spec.metric!r} is not in the run's final metrics "
+                          f"({', '.join(sorted(k for k in result if isinstance(result[k], float)))})")
+    floor = spec.get("psnr_min")
+    if floor is not None and result.get("psnr", float("inf")) < float(floor):
+        return float(spec.get("infeasible", -1.0))
+    return float(value)
+
+
+def resume_arguments(args: list[str]) -> list[str]:
+    """``resume=<run dir>`` continues that run in its own directory with its own overrides: the run's
+    ``.hydra/overrides.yaml`` goes before the given arguments (a key given again on the command line wins, e.g.
+    ``trainer.max_steps=...``) and ``hydra.run.dir`` points at it. Other arguments come back unchanged (a
+    ``.ckpt`` file as ``resume`` starts a new directory from that checkpoint)."""
+    value = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
+    if not value or "-m" in args or "--multirun" in args or not Path(value).expanduser().is_dir():
+        return args
+    run_dir = Path(value).expanduser()
+    stored = run_dir / ".hydra" / "overrides.yaml"
+    if not stored.is_file():
+        print(f"error: resume={value}: {stored} not found (not a run directory of python -m disentangle.train; "
+              f"give resume=<its checkpoints/last.ckpt> to continue it in a new directory)", file=sys.stderr)
+        sys.exit(2)
+    from .checkpointing import check_checkpoint, find_checkpoint
+
+    try:  # before Hydra writes into the directory: a bad checkpoint must leave the run as it was
+        check_checkpoint(find_checkpoint(str(run_dir), run_dir))
+    except ConfigError as exc:
         print(f"error: {config.one_line(exc)}", file=sys.stderr)
-        sys.exit(3 if isinstance(exc, NonFiniteLossError) else 2)
-    except EvaluationError as exc:  # a metric failed; checkpoints are kept: `python -m disentangle.evaluate`
-        print(f"error: {config.one_line(exc)}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(2)
+    given = {_override_key(a) for a in args}
+    previous = [o for o in (yaml.safe_load(stored.read_text()) or [])
+                if _override_key(o) not in given and _override_key(o) not in ("resume", "auto_resume")]
+    extra = [] if "hydra.run.dir" in given else [f"hydra.run.dir={run_dir}"]
+    return [*previous, *args, *extra]
+
+
+def _override_key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
 
 
 def cli() -> None:
+    sys.argv[1:] = resume_arguments(sys.argv[1:])
     # `--cfg job` shows resolved values (per-dataset lambdas, n_latents) rather than interpolations
     args = sys.argv[1:]
     shows_job = any(a in ("--cfg", "-c") and args[i + 1 : i + 2] == ["job"] for i, a in enumerate(args))

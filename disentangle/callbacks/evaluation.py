@@ -200,6 +200,23 @@ class DisentanglementEvaluation(pl.Callback):
         return state
 
     # -- Lightning hooks ---------------------------------------------------------------------------
+    def on_train_start(self, trainer, pl_module) -> None:
+        """A resumed run (global step > 0): take up the history on disk (already cut back to the checkpoint's
+        step by :func:`disentangle.checkpointing.trim_logs`) and redo the periodic evaluation of the checkpoint's
+        step if the kill came before the worker had recorded it, so the history has no missing step."""
+        step = trainer.global_step
+        if step == 0:
+            return
+        history = self._history_path(trainer)
+        if history is not None and history.is_file():
+            self.history = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        due = bool(self.every_n_steps and step % self.every_n_steps == 0 and step < trainer.max_steps)
+        missing = due and not any(e.get("step") == step for e in self.history)  # rank 0 knows the history
+        if trainer.world_size > 1:  # every rank encodes its shard: all of them must agree to evaluate
+            missing = bool(trainer.strategy.broadcast(missing, src=0))
+        if missing:
+            self.evaluate(trainer, pl_module, final=False)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._collect(trainer.loggers, wait=False, history=self._history_path(trainer))
         step = trainer.global_step
@@ -386,6 +403,7 @@ class DisentanglementEvaluation(pl.Callback):
     def _record(self, outcome: EvaluationOutcome, loggers: Sequence, history: Path | None) -> None:
         for lg in loggers:
             lg.log_metrics({f"eval/{k}": v for k, v in outcome.result.items()}, step=outcome.step)
+            lg.save()  # on disk together with the history entry below (what a resumed run goes by)
         images = {k: p for k, p in outcome.artifacts.items() if p.suffix == ".png"}
         if images:
             _log_images(loggers, images, outcome.step)

@@ -12,25 +12,41 @@ from collections.abc import Iterator, Sequence
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
+
+
+def _rank_slice(batch_size: int) -> slice:
+    """This process's share of a global batch under data-parallel training: rank r of N takes rows
+    [r·B/N, (r+1)·B/N) (the data module checks that N divides B), so the N ranks together see exactly the batch a
+    single process would."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return slice(0, batch_size)
+    world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
+    share = batch_size // world
+    return slice(rank * share, (rank + 1) * share)
 
 
 class IndexStream(IterableDataset):
-    """Endless stream of index batches: a fresh permutation per epoch, cut into batches (no replacement
-    within an epoch). Each distributed rank draws from its own seed."""
+    """Endless stream of index batches: a fresh permutation per epoch, cut into global batches of ``batch_size``
+    (no replacement within an epoch); under data-parallel training each rank yields its slice of every global batch
+    (:func:`_rank_slice`). ``start`` batches are skipped (a resumed run continues the stream where its checkpoint
+    left it)."""
 
-    def __init__(self, n: int, batch_size: int, seed: int):
-        self.n, self.batch_size, self.seed = n, batch_size, seed
+    def __init__(self, n: int, batch_size: int, seed: int, start: int = 0):
+        self.n, self.batch_size, self.seed, self.start = n, batch_size, seed, int(start)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        worker = get_worker_info()
-        stream_id = rank * 1000 + (worker.id if worker else 0)
-        gen = torch.Generator().manual_seed(self.seed * 100_003 + stream_id)
+        gen = torch.Generator().manual_seed(self.seed * 100_003)
+        mine = _rank_slice(self.batch_size)
+        per_epoch = len(range(0, self.n - self.batch_size + 1, self.batch_size))
+        skip_epochs, skip = divmod(self.start, per_epoch)
+        for _ in range(skip_epochs):  # whole epochs: one permutation each keeps the generator in step
+            torch.randperm(self.n, generator=gen)
         while True:
             order = torch.randperm(self.n, generator=gen)
-            for start in range(0, self.n - self.batch_size + 1, self.batch_size):
-                yield order[start : start + self.batch_size]
+            for start in range(skip * self.batch_size, self.n - self.batch_size + 1, self.batch_size):
+                yield order[start : start + self.batch_size][mine]
+            skip = 0
 
 
 class UniformFactorStream(IterableDataset):
@@ -40,7 +56,8 @@ class UniformFactorStream(IterableDataset):
 
     ``factors``: the (N, n_factors) class table of the dataset; every combination of factor values must occur."""
 
-    def __init__(self, factors: torch.Tensor, factor_sizes: Sequence[int], batch_size: int, seed: int, name: str = ""):
+    def __init__(self, factors: torch.Tensor, factor_sizes: Sequence[int], batch_size: int, seed: int, name: str = "",
+                 start: int = 0):
         sizes = torch.as_tensor([int(s) for s in factor_sizes], dtype=torch.long)
         # mixed-radix place values, C order: radix_i = prod(sizes[i + 1:])
         self.radix = torch.cat([sizes.flip(0).cumprod(0).flip(0)[1:], torch.ones(1, dtype=torch.long)])
@@ -53,19 +70,21 @@ class UniformFactorStream(IterableDataset):
                 f"data.sampling=uniform_factors needs every combination of factor values, but {name or 'the data'} "
                 f"has {present} of {total}"
             )
-        self.sizes, self.batch_size, self.seed = sizes, int(batch_size), int(seed)
+        self.sizes, self.batch_size, self.seed, self.start = sizes, int(batch_size), int(seed), int(start)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        worker = get_worker_info()
-        gen = torch.Generator().manual_seed(self.seed * 100_003 + rank * 1000 + (worker.id if worker else 0))
+        gen = torch.Generator().manual_seed(self.seed * 100_003)
+        mine = _rank_slice(self.batch_size)
+        for _ in range(self.start):  # a resumed run: the same draws as the skipped batches, in the same shapes
+            torch.rand(self.batch_size, len(self.sizes), generator=gen)
+            torch.rand(self.batch_size, generator=gen)
         while True:
             draws = (torch.rand(self.batch_size, len(self.sizes), generator=gen) * self.sizes).long()
             codes = (draws * self.radix).sum(1)
             lo = torch.searchsorted(self.codes, codes, right=False)
             hi = torch.searchsorted(self.codes, codes, right=True)
             pick = lo + (torch.rand(self.batch_size, generator=gen) * (hi - lo)).long()
-            yield self.order[pick]
+            yield self.order[pick][mine]
 
 
 SAMPLINGS = ("epochs", "uniform_factors")
@@ -145,11 +164,29 @@ class FactorDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Index batches: shuffled epochs without replacement (``sampling="epochs"``), or i.i.d. uniform factor
         vectors with replacement (``"uniform_factors"``)."""
+        start = self.batches_done()
+        world = self.trainer.world_size if self.trainer is not None else 1
+        if self.batch_size % world:
+            raise ValueError(f"model.batch_size={self.batch_size} is the global batch: it must divide evenly over the "
+                             f"{world} processes (trainer.devices x trainer.num_nodes)")
         if self.sampling == "uniform_factors":
-            stream = UniformFactorStream(self.factor_table(), self.factor_sizes, self.batch_size, self.seed, self.name)
+            stream = UniformFactorStream(self.factor_table(), self.factor_sizes, self.batch_size, self.seed, self.name,
+                                         start=start)
         else:
-            stream = IndexStream(self.num_samples, self.batch_size, self.seed)
+            stream = IndexStream(self.num_samples, self.batch_size, self.seed, start=start)
         return DataLoader(stream, batch_size=None, num_workers=0)
+
+    def batches_done(self) -> int:
+        """Training batches this rank has already been through: 0 for a fresh run, the checkpoint's count for a run
+        resumed with ``Trainer.fit(ckpt_path=...)`` (Lightning restores its loop counters before it asks for the
+        loader), so the stream goes on with the batch an uninterrupted run would have drawn next."""
+        trainer = self.trainer
+        if trainer is None:
+            return 0
+        try:
+            return int(trainer.fit_loop.epoch_loop.batch_progress.total.processed)
+        except AttributeError:  # not fitting (e.g. a bare Trainer)
+            return 0
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         if isinstance(batch, torch.Tensor) and batch.dtype == torch.long and batch.dim() == 1:

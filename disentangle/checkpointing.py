@@ -1,0 +1,183 @@
+"""Runs that survive a kill: atomic checkpoint writes, the RNG states in every checkpoint, and what resuming needs
+before the trainer starts (find and check the checkpoint, cut the logs back to it).
+
+Lightning restores the model, every optimizer and lr scheduler, the global step and its loop counters from a
+checkpoint (``Trainer.fit(ckpt_path=...)``); the data streams skip the batches already drawn
+(:meth:`disentangle.data.FactorDataModule.batches_done`); :class:`RngState` adds the global random generators
+(Gumbel and Gaussian noise, the TC discriminator's permutations). With ``trainer.deterministic=true`` a run killed
+and resumed ends where an uninterrupted one does.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from .errors import ConfigError
+
+LAST = "last.ckpt"
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes a checkpoint to ``<path>.part`` in the same directory, flushes it to disk, then renames it over
+    ``path``: a kill during a save leaves the previous file whole (a rename within a directory is atomic)."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        with open(part, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(part, path)
+
+
+def rng_states() -> dict:
+    """This process's global random generators: torch (CPU and every CUDA device), numpy and Python."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # plain tensors and numbers only: Lightning loads checkpoints with torch.load(weights_only=True)
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_states(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class RngState(pl.Callback):
+    """Saves every rank's global RNG states in each checkpoint and puts them back when training resumes (at
+    ``on_train_start``, after the loaders are built, so nothing in between draws from them). Also flushes the
+    loggers with each checkpoint, so a kill loses no logged row the checkpoint covers."""
+
+    def __init__(self):
+        self._restored: dict | None = None
+
+    def state_dict(self) -> dict:
+        states = rng_states()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, states)  # every rank saves; rank 0 writes the file
+            return {"ranks": gathered}
+        return {"ranks": [states]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        ranks = state_dict.get("ranks") or []
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        self._restored = ranks[rank] if rank < len(ranks) else None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        for logger in trainer.loggers:  # buffered CSV rows up to the checkpoint reach the disk with it
+            logger.save()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self._restored is not None:
+            set_rng_states(self._restored)
+            self._restored = None
+
+
+# -- before a resumed run starts ---------------------------------------------------------------------------------
+def find_checkpoint(resume, output_dir, auto_resume: bool = False) -> Path | None:
+    """The checkpoint to resume from: ``resume`` (a run directory, whose ``checkpoints/last.ckpt`` is taken, or a
+    ``.ckpt`` file); with ``auto_resume`` and no ``resume``, the output directory's ``last.ckpt`` when it exists;
+    else None (a fresh run). Raises one ConfigError line for a missing file."""
+    if resume in (None, ""):
+        if auto_resume:
+            last = Path(output_dir) / "checkpoints" / LAST
+            return last if last.is_file() else None
+        return None
+    path = Path(str(resume)).expanduser()
+    if path.is_dir():
+        path = path / "checkpoints" / LAST
+    if not path.is_file():
+        raise ConfigError(f"resume={resume}: no checkpoint at {path} (the run saved none yet: it restarts with "
+                          f"resume=null, or point resume= at a .ckpt file)")
+    return path
+
+
+def check_checkpoint(path: Path) -> dict:
+    """Load ``path`` on the CPU and check it is a whole training checkpoint; returns it. A partial or corrupt file
+    (a kill during a write that was not atomic, a truncated copy) raises one ConfigError line."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise ConfigError(f"resume: checkpoint {path} is unreadable ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else 'partial or corrupt file'}); "
+                          f"nothing was changed") from exc
+    missing = [k for k in ("state_dict", "optimizer_states", "loops", "global_step") if k not in ckpt]
+    if not isinstance(ckpt, dict) or missing:
+        raise ConfigError(f"resume: {path} is not a training checkpoint (missing {', '.join(missing)}); "
+                          f"nothing was changed")
+    return ckpt
+
+
+def trim_logs(output_dir, step: int, history_file: str = "metrics_history.jsonl") -> None:
+    """Cut the run's logs back to the checkpoint at ``step`` so the resumed run neither repeats nor skips a step:
+    the evaluation history keeps its non-final entries up to ``step`` (the final one of a finished run is redone
+    at the new end); the CSV log keeps the training rows of the ``step`` batches before the checkpoint and the
+    evaluation rows whose entry the history kept. Files are rewritten atomically; ``metrics.json`` of a finished run
+    is left alone (the resumed run rewrites it)."""
+    output_dir = Path(output_dir)
+    history = output_dir / history_file
+    evaluated: set[int] | None = None
+    if history.is_file():
+        kept = []
+        for line in history.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by the kill
+                continue
+            if entry.get("step", 0) <= step and not entry.get("final"):
+                kept.append(line)
+        evaluated = {json.loads(line)["step"] for line in kept}
+        _write_atomic(history, "".join(f"{line}\n" for line in kept))
+    for path in output_dir.glob("csv/**/metrics.csv"):
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            fields, rows = reader.fieldnames or [], list(reader)
+        kept = [row for row in rows if _keep_csv_row(row, fields, step, evaluated)]
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(kept)
+        _write_atomic(path, buffer.getvalue())
+
+
+def _keep_csv_row(row: dict, fields: list[str], step: int, evaluated: set[int] | None) -> bool:
+    at = _csv_step(row)
+    if at is None:
+        return False
+    if any(row.get(k) for k in fields if k.startswith("train/")):
+        return at < step  # logged by batch index: the checkpoint at `step` follows batch step - 1
+    if any(row.get(k) for k in fields if k.startswith("eval/")):
+        return at <= step and (evaluated is None or at in evaluated)
+    return at < step
+
+
+def _csv_step(row: dict) -> int | None:
+    try:
+        return int(float(row.get("step", "")))
+    except ValueError:
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
