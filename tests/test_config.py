@@ -14,9 +14,9 @@ def test_the_expected_models_and_datasets_exist():
                            "tripod_no_klm", "tripod_finer", "betavae", "betatcvae", "bioae", "vqvae", "vqvae_wd",
                            "tripod_naive", "qvae", "factorqvae", "dvae", "factordvae", "factorvae", "ae_fq",
                            "betavae_fq", "bioae_fq", "qlae_fq", "dvae_friede", "factordvae_friede", "vae_friede",
-                           "factorvae_friede"}
+                           "factorvae_friede", "infowgan_gp", "qlinfowgan_gp", "qlinfowgan_gp_no_wd", "wgan_gp"}
     assert set(DATASETS) >= {"shapes2d", "sprites", "shapes3d", "mpi3d", "falcor3d", "isaac3d", "dsprites",
-                             "cars3d", "smallnorb", "colour_dsprites", "circles"}
+                             "cars3d", "smallnorb", "colour_dsprites", "circles", "cliff2d", "balls"}
 
 
 @pytest.mark.parametrize("data", DATASETS)

@@ -8,12 +8,14 @@
 * :class:`LachapelleEncoder` (ResNet-18 trunk), :class:`LachapelleDecoder`, :class:`AdditiveDecoder`: Lachapelle et
   al.'s balls networks, the additive one summing per-block decoders (cliff spec §4.2, §6.2).
 * :class:`MLPEncoder`: the fully connected encoder of Cliff's synthetic experiment, for vector data (cliff spec §4.1).
+* :class:`CriticHead`: the QLAE paper's GAN critic, a linear head on an encoder's trunk (qlae spec §2.2).
 * :class:`BroadcastDecoder`: the spatial-broadcast decoder of Friede et al.'s Circles experiment (categorical_vae spec §8
   Table 3); ``model/arch=broadcast`` pairs it with :class:`DlibEncoder`.
 """
 
 from .additive import AdditiveDecoder, LachapelleDecoder
 from .broadcast import BroadcastDecoder
+from .critic import CriticHead
 from .dlib import DlibDecoder, DlibEncoder
 from .factorqvae import DalleDecoder, DalleEncoder
 from .mlp import MLPEncoder
@@ -26,6 +28,7 @@ __all__ = [
     "AdditiveDecoder",
     "BroadcastDecoder",
     "ConvEncoder",
+    "CriticHead",
     "DalleDecoder",
     "DalleEncoder",
     "DlibDecoder",

@@ -36,6 +36,9 @@ METHOD_NAMES: dict[str, tuple[str, ...]] = {
     "qlae": ("QLAE",),
     "qlae_global_codebook": ("QLAE w/ global codebook",),
     "qlae_no_wd": ("QLAE w/o weight decay",),
+    "infowgan_gp": ("InfoWGAN-GP",),
+    "qlinfowgan_gp": ("QLInfoWGAN-GP",),
+    "qlinfowgan_gp_no_wd": ("QLInfoWGAN-GP w/o w.d.", "QLInfoWGAN-GP w/o weight decay"),
     # Tripod paper (tripod.md §12)
     "tripod": ("Tripod",),
     "tripod_naive": ("Tripod (naive)",),
@@ -53,7 +56,7 @@ METHOD_NAMES: dict[str, tuple[str, ...]] = {
     "factordvae": ("FactordVAE",),
     "factorqvae": ("FactorQVAE",),
     # Friede et al. (categorical_vae.md §14); Table 7 abbreviates FactorDVAE as F-DVAE, (M) = masked attention
-    "vae_friede": ("VAE", "β-VAE"),  # Cliff's Table 3 runs its β-VAE row as vae_friede (sweeps/cliff_table3)
+    "vae_friede": ("VAE",),
     "dvae_friede": ("D-VAE",),
     "factorvae_friede": ("FactorVAE",),
     "factordvae_friede": ("FactorDVAE", "F-DVAE"),
