@@ -47,6 +47,16 @@ STEP_CASES = [
     ("vae_friede", ["model=vae_friede"]),
     ("factorvae_friede", ["model=factorvae_friede"]),
     ("dvae_friede_masked + sup", ["model=dvae_friede_masked", "+regularizer=supervision"]),  # + a labelled batch
+    ("betavae + cliff", ["model=betavae", "+regularizer=cliff"]),  # Cliff's KDE terms on the QLAE-paper beta-VAE
+    ("betavae + hfs", ["model=betavae", "+regularizer=hfs"]),
+    ("ae + ioss", ["model=ae", "+regularizer=ioss"]),
+    ("cliff_shapes3d", ["experiment=cliff_shapes3d"]),  # Cliff's Shapes3D run: dlib networks, summed BCE
+    ("ae, balls arch", ["model=ae", "model/arch=balls"]),  # Lachapelle et al.'s ResNet-18 encoder + MLP decoder
+    ("ae, balls_additive arch", ["model=ae", "model/arch=balls_additive"]),
+    # the QLAE paper's GANs: one iteration = an encoder/critic update (+ gradient penalty), a generator update every
+    # n_critic-th (timed over whole periods, see time_steps)
+    ("infowgan_gp", ["model=infowgan_gp"]),
+    ("qlinfowgan_gp", ["model=qlinfowgan_gp"]),
 ]
 DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling
 
@@ -73,21 +83,24 @@ def _sync(device):
 def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2) -> list[float]:
     """Seconds per :meth:`Autoencoder.optimization_step` (the model's update, then any discriminator's) and lr
     scheduler step; a model whose discriminator takes a second half-batch gets 2 x ``batch_size`` images, so its
-    own update sees ``batch_size`` like the others."""
+    own update sees ``batch_size`` like the others. A GAN (``n_critic``) is timed over whole periods of n_critic
+    iterations (one generator update each) and reported per iteration, so its generator updates are amortised."""
     model = _model(overrides, batch_size).to(device)
     configured = model.configure_optimizers()
     optimizers, schedulers = configured if isinstance(configured, tuple) else ([configured], [])
     x = torch.rand(batch_size * (2 if model.split_batch else 1), 3, 64, 64, device=device)
+    period = getattr(model, "n_critic", 1)
     times = []
     for i in range(warmup + repeats):
         _sync(device)
         start = time.perf_counter()
-        model.optimization_step(x, optimizers)
-        for scheduler in schedulers:
-            scheduler.step()
+        for _ in range(period):
+            model.optimization_step(x, optimizers)
+            for scheduler in schedulers:
+                scheduler.step()
         _sync(device)
         if i >= warmup:
-            times.append(time.perf_counter() - start)
+            times.append((time.perf_counter() - start) / period)
     return times
 
 

@@ -20,7 +20,8 @@ from disentangle.published import COLUMNS, PUBLISHED_TABLES, load_published
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 SWEEP_DIR = ROOT / "sweeps"
-SWEEPS = sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+# grid sweeps (the basic sweeper); a search such as optuna_infom has no grid to count (tested in test_resume.py)
+SWEEPS = sorted(p.stem for p in SWEEP_DIR.glob("*.yaml") if "override hydra/sweeper" not in p.read_text())
 GROUPS = ("model", "data")  # swept config groups whose values must be config files
 # Datasets other engineers are adding (conf/data/<name>.yaml); sweeps may name them before they land. Once a file
 # exists it is checked like any other.
