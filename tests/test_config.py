@@ -24,8 +24,9 @@ def test_the_expected_models_and_datasets_exist():
 def test_every_model_data_pair_composes_and_builds(model, data):
     cfg = compose_config([f"model={model}", f"data={data}", "model/arch=small"])
     OmegaConf.resolve(cfg)
-    # Friede et al. use 10 latents on every dataset (categorical_vae.md §9); the other papers use 2 per factor.
-    expected = 10 if "_friede" in model else 2 * len(cfg.data.factor_sizes)
+    # Friede et al. use 10 latents on every dataset (categorical_vae.md §9), Cliff's balls models the balls' 4
+    # coordinates (cliff.md §8.2); the other papers use 2 per factor.
+    expected = 10 if "_friede" in model else 4 if model.endswith("_balls") else 2 * len(cfg.data.factor_sizes)
     assert cfg.model.n_latents == expected
     assert cfg.data.batch_size == cfg.model.batch_size
     net = instantiate(cfg.model, in_channels=CHANNELS.get(data, 3), resolution=32)

@@ -181,6 +181,9 @@ def test_a_multirun_goes_on_past_a_failing_job_and_reports_it(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["succeeded"], summary["failed"]) == (2, 1)
     assert [j["status"] for j in summary["jobs"]] == ["succeeded", "failed", "succeeded"]
+    from disentangle.reporting.runs import read_run  # the report lists the failed job with its line
+
+    assert read_run(jobs[1]).error == "failed: error: model.optimizer.lr must be > 0 (got -1.0)"
 
 
 def test_an_optuna_search_finishes_and_records_its_best(tmp_path):

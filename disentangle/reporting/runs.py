@@ -3,8 +3,9 @@
 A run directory is one holding ``.hydra/config.yaml`` (a ``disentangle.train`` job, finished or not) or a
 ``metrics.json``; the search does not descend into a run directory (its ``checkpoints/metrics.json`` from
 ``disentangle.evaluate`` or its ``wandb/`` files are part of the run). A run that cannot be used is kept with its
-``error`` (one line) so that the report can list it: no ``metrics.json`` (failed or still running; the last error
-line of its ``train.log`` is quoted), an unreadable file, or a config that lacks ``model.name`` or ``data.name``.
+``error`` (one line) so that the report can list it: no ``metrics.json`` (failed or still running; the job's
+``error.txt`` line, else the last error line of its ``train.log``, is quoted), an unreadable file, or a config
+that lacks ``model.name`` or ``data.name``.
 """
 from __future__ import annotations
 
@@ -158,8 +159,12 @@ def read_run(path: Path) -> Run:
     run.overrides = read_overrides(path / ".hydra" / "overrides.yaml")
     missing = [k for k, v in (("model.name", run.model), ("data.name", run.data)) if v in (None, "")]
     if not metrics_path.is_file():
-        why = last_error_line(path / "train.log")
-        run.error = "no metrics.json (the run failed or has not finished)" + (f"; train.log: {why}" if why else "")
+        recorded = path / "error.txt"  # a multirun job's own error line (disentangle.multirun)
+        if recorded.is_file() and recorded.read_text().strip():
+            run.error = "failed: " + recorded.read_text().strip().splitlines()[0]
+        else:
+            why = last_error_line(path / "train.log")
+            run.error = "no metrics.json (the run failed or has not finished)" + (f"; train.log: {why}" if why else "")
         return run
     try:
         record = json.loads(metrics_path.read_text())
