@@ -38,7 +38,7 @@ class IndexStream(IterableDataset):
     def __iter__(self) -> Iterator[torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed * 100_003)
         mine = _rank_slice(self.batch_size)
-        per_epoch = len(range(0, self.n - self.batch_size + 1, self.batch_size))
+        per_epoch = max(1, len(range(0, self.n - self.batch_size + 1, self.batch_size)))
         skip_epochs, skip = divmod(self.start, per_epoch)
         for _ in range(skip_epochs):  # whole epochs: one permutation each keeps the generator in step
             torch.randperm(self.n, generator=gen)
