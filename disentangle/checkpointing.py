@@ -120,8 +120,9 @@ def check_checkpoint(path: Path) -> dict:
         raise ConfigError(f"resume: checkpoint {path} is unreadable ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'partial or corrupt file'}); "
                           f"nothing was changed") from exc
-    missing = [k for k in ("state_dict", "optimizer_states", "loops", "global_step") if k not in ckpt]
-    if not isinstance(ckpt, dict) or missing:
+    needed = ("state_dict", "optimizer_states", "loops", "global_step")
+    missing = [k for k in needed if k not in ckpt] if isinstance(ckpt, dict) else list(needed)
+    if missing:
         raise ConfigError(f"resume: {path} is not a training checkpoint (missing {', '.join(missing)}); "
                           f"nothing was changed")
     return ckpt
