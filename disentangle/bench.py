@@ -51,12 +51,14 @@ STEP_CASES = [
     ("betavae + hfs", ["model=betavae", "+regularizer=hfs"]),
     ("ae + ioss", ["model=ae", "+regularizer=ioss"]),
     ("cliff_shapes3d", ["experiment=cliff_shapes3d"]),  # Cliff's Shapes3D run: dlib networks, summed BCE
-    ("ae, balls arch", ["model=ae", "model/arch=balls"]),  # Lachapelle et al.'s ResNet-18 encoder + MLP decoder
-    ("ae, balls_additive arch", ["model=ae", "model/arch=balls_additive"]),
+    ("cliff_balls", ["model=cliff_balls"]),  # Cliff Table 2: Lachapelle et al.'s ResNet-18 encoder + MLP decoder
+    ("ioss_balls", ["model=ioss_balls"]),
+    ("additive_decoder_balls", ["model=additive_decoder_balls"]),
     # the QLAE paper's GANs: one iteration = an encoder/critic update (+ gradient penalty), a generator update every
     # n_critic-th (timed over whole periods, see time_steps)
     ("infowgan_gp", ["model=infowgan_gp"]),
     ("qlinfowgan_gp", ["model=qlinfowgan_gp"]),
+    ("wgan_gp", ["model=wgan_gp"]),
 ]
 DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling
 
