@@ -2,7 +2,9 @@
 autoencoder (spec cliff.md §6.1; the estimator of facebookresearch/CausalRepID's IOSS autoencoder)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
+from scipy.spatial import cKDTree
 
 from ..quantizers.base import check_int
 from .base import Regularizer, StepContext
@@ -14,6 +16,18 @@ def _check_fraction(value) -> float:
     if not 0 <= value < 1:
         raise ValueError(f"robust_fraction must be in [0, 1) (got {value})")
     return value
+
+
+def _nearest(draws: torch.Tensor, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distance to, and index of, each draw's nearest point, per pair: (P, m, 2), (P, n, 2) -> (P, m) twice.
+    A large problem on the CPU goes to a k-d tree, O((m + n) log n) instead of the m x n matrix: 17x faster at
+    10000 x 5000 (the 2-D experiment), 2x slower than the matrix at 10000 x 64 (a balls batch)."""
+    if draws.device.type != "cpu" or draws.shape[1] * points.shape[1] < 4_000_000:
+        return torch.cdist(draws, points).min(-1)
+    results = [cKDTree(p.double().numpy()).query(d.double().numpy()) for d, p in zip(draws, points)]
+    distance = torch.from_numpy(np.stack([r[0] for r in results])).to(draws.dtype)
+    index = torch.from_numpy(np.stack([r[1] for r in results])).long()
+    return distance, index
 
 
 def ioss(z: torch.Tensor, *, n_pairs: int = 3, n_draws: int = 10000, robust_fraction: float = 0.01,
@@ -48,11 +62,20 @@ def ioss(z: torch.Tensor, *, n_pairs: int = 3, n_draws: int = 10000, robust_frac
     k = int(robust_fraction * n) + 1
     box_high = sub.topk(k, dim=1).values[:, -1]                             # (P, 2) robust max
     box_low = -(-sub).topk(k, dim=1).values[:, -1]                          # (P, 2) robust min
-    draws = torch.rand(n_pairs, n_draws, 2, generator=generator, dtype=z.dtype).to(z.device)
-    draws = box_low.unsqueeze(1) + draws * (box_high - box_low).unsqueeze(1)
-    nearest = torch.cdist(draws, sub).min(-1).values                        # (P, n_draws)
+    unit = torch.rand(n_pairs, n_draws, 2, generator=generator, dtype=z.dtype).to(z.device)
     k_draws = int(robust_fraction * n_draws) + 1
-    return nearest.topk(k_draws, dim=1).values[:, -1].sum()
+    # The robust max of nearest distances depends on one draw and its nearest latent only (min and top-k pass
+    # gradients to the selected element), so pick them without autograd and differentiate just that distance:
+    # the same value and gradient as differentiating the full (n_draws, n) distance matrix, at a fraction of
+    # the memory and time (the 2-D experiment: 10000 x 5000 per step).
+    with torch.no_grad():
+        draws = box_low.unsqueeze(1) + unit * (box_high - box_low).unsqueeze(1)
+        nearest, nearest_index = _nearest(draws, sub)                            # (P, n_draws)
+        draw_index = nearest.topk(k_draws, dim=1).indices[:, -1]                 # (P,)
+    rows = torch.arange(n_pairs, device=z.device)
+    draw = box_low + unit[rows, draw_index] * (box_high - box_low)              # (P, 2), differentiable
+    latent = sub[rows, nearest_index[rows, draw_index]]                          # (P, 2)
+    return torch.linalg.vector_norm(draw - latent, dim=-1).sum()
 
 
 class IOSS(Regularizer):
