@@ -104,8 +104,10 @@ def print_summary(title: str, result: dict, artifacts: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    # the InfoMEC/DCI/PSNR columns always (a "-" marks one not computed), the other metrics when present
-    keys = [k for k in SUMMARY_KEYS if k in result or k in _DEFAULT_COLUMNS]
+    # the InfoMEC/DCI/PSNR columns whenever one of them was computed (a "-" marks one that was not), the other
+    # metrics when present (an MCC-only run such as experiment=cliff2d shows just its MCC)
+    defaults = _DEFAULT_COLUMNS if any(k in result for k in _DEFAULT_COLUMNS) else ()
+    keys = [k for k in SUMMARY_KEYS if k in result or k in defaults]
     table = Table(title=title, min_width=len(title))
     if len(keys) <= len(_DEFAULT_COLUMNS) + 1:  # one row fits a terminal
         for key in keys:
