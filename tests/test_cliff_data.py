@@ -253,6 +253,29 @@ def test_encoder_only_cliff2d_trains_through_hydra_and_writes_mcc(tmp_path):
     assert any(not torch.equal(p, q) for p, q in zip(before, trained.encoder.parameters()))
 
 
+def test_ioss2d_swaps_the_bivariate_term_for_ioss_and_trains(tmp_path):
+    cfg = compose_config(QUIET + ["experiment=ioss2d", "trainer.max_steps=2", "data.num_samples=400",
+                                  "data.eval_size=400", "model.batch_size=400", "callbacks.evaluation.every_n_steps=0",
+                                  "callbacks.checkpoint.every_n_train_steps=0"], output_dir=tmp_path)
+    cliff, ioss_cfg = cfg.model.regularizers.cliff, cfg.model.regularizers.ioss
+    assert (cliff.uni, cliff.biv, cliff.kl_uni) == (0, 0, 1) and cfg.model.name == "ioss_encoder"
+    assert ioss_cfg.weight == 1 and ioss_cfg.n_pairs == 1 and cfg.model.optimizer.lr == pytest.approx(2e-3)
+    job = build(cfg)
+    x, _ = job.datamodule.gather(torch.arange(400))
+    terms, _ = job.model.loss_terms(x)
+    assert terms["ioss"] > 0 and "kl_uni" in terms and "reconstruction" not in terms
+    train(cfg)
+    assert 0 <= json.loads((tmp_path / "metrics.json").read_text())["mcc"] <= 1
+
+
+def test_the_synthetic_sweep_gives_every_seed_its_own_data_set():
+    from test_published import _compose
+
+    first, other = (_compose("cliff_synthetic", [f"seed={s}", "experiment=ioss2d"]).data for s in (0, 3))
+    assert (first.mix_seed, first.sample_seed, other.mix_seed, other.sample_seed) == (0, 0, 3, 3)
+    assert first.density_seed == other.density_seed        # the same grid density, new mixing and points
+
+
 def test_balls_experiment_trains_a_few_steps_with_mse_and_spearman_mcc(tmp_path):
     cfg = compose_config(QUIET + ["experiment=cliff_balls", "trainer.max_steps=2", "trainer.accelerator=cpu",
                                   "data.num_samples=32", "data.eval_size=16", "data.resolution=16",

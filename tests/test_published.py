@@ -200,6 +200,8 @@ def test_sweep_composes_with_the_first_value_of_every_axis(sweep):
     assert cfg.model.name and cfg.data.name
     OmegaConf.to_container(cfg.model, resolve=True)
     for key, value in first.items():
+        if key == "experiment":  # composed above (a missing file fails there); it leaves no node to compare
+            continue
         if key in GROUPS:
             assert cfg[key].name == value
         elif key == "seed":
