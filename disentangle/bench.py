@@ -1,8 +1,10 @@
-"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|data|metrics [--device cuda]``.
+"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|terms|data|metrics [--device cuda]``.
 
 ``steps`` times one full training step (forward, all loss terms, backward, optimizer step) of the
 paper configurations at 64x64 with batch 64, and reports medians and ratios against QLAE measured in
-the same process -- the comparison of the Tripod paper's App. D profiling table. ``data`` measures
+the same process -- the comparison of the Tripod paper's App. D profiling table. ``terms`` times the
+batch-level support/density regularizers alone (Cliff, IOSS, HFS: forward + backward on a random batch) against the
+Cliff paper's Shapes3D training step with and without Cliff, in one process. ``data`` measures
 batch assembly (random index batch -> float images on the device) in images/s. ``metrics`` times the full
 evaluation (InfoMEC + depth-tuned DCI) against a straightforward scikit-learn implementation of the same
 definitions, back to back in one process, and checks the values agree.
@@ -120,6 +122,41 @@ def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | No
         print(f"  {label:<22} {med:8.3f} s/step   x{med / base:5.2f} vs qlae", flush=True)
 
 
+def bench_terms(n: int, d: int, repeats: int, device: str) -> None:
+    """Forward + backward of ``cliff_terms``, ``ioss`` and ``hausdorff_factorized_support`` on a random (n, d) batch,
+    then the ``experiment=cliff_shapes3d`` step (β-VAE + Cliff, Locatello et al.'s networks, batch n) with and
+    without its Cliff regularizer (alternating, 3 rounds of ``repeats``); medians, each term as a fraction of the step
+    without Cliff."""
+    from .regularizers import cliff_terms, hausdorff_factorized_support, ioss
+
+    dev = torch.device(device)
+    z = torch.randn(n, d, device=dev, requires_grad=True)
+    terms = {"cliff_terms": lambda: sum(cliff_terms(z).values()), "ioss (3 pairs)": lambda: ioss(z),
+             "hfs (25 pairs)": lambda: hausdorff_factorized_support(z)}
+    print(f"regularizer forward + backward, z of shape ({n}, {d}), {dev}, median of {repeats}")
+    medians = {}
+    for label, fn in terms.items():
+        times = []
+        for i in range(repeats + 2):
+            _sync(dev)
+            start = time.perf_counter()
+            fn().backward()
+            _sync(dev)
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+        medians[label] = statistics.median(times)
+    # the two steps alternate in rounds, so a drift in the machine's speed hits both
+    plain_times, cliff_times = [], []
+    for _ in range(3):
+        plain_times += time_steps(["experiment=cliff_shapes3d", "~model.regularizers.cliff"], dev, n, repeats)
+        cliff_times += time_steps(["experiment=cliff_shapes3d"], dev, n, repeats)
+    plain, with_cliff = statistics.median(plain_times), statistics.median(cliff_times)
+    print(f"  {'cliff_shapes3d step without Cliff':<36} {plain * 1e3:9.1f} ms")
+    print(f"  {'cliff_shapes3d step with Cliff':<36} {with_cliff * 1e3:9.1f} ms   x{with_cliff / plain:5.2f}")
+    for label, med in medians.items():
+        print(f"  {label:<36} {med * 1e3:9.1f} ms   {100 * med / plain:5.1f}% of the step without Cliff")
+
+
 def bench_data(n: int, batch_sizes: list[int], repeats: int, device: str) -> None:
     """Batch assembly from a prepared cache (memory-mapped uint8 HDF5) and from a procedural dataset:
     random index batches -> float images on ``device``; images/s, median over ``repeats`` batches."""
@@ -216,6 +253,11 @@ def main(argv=None) -> None:
     steps.add_argument("--batch-size", type=int, default=64)
     steps.add_argument("--only", nargs="+", default=None,
                        help="cases whose label contains one of these (qlae, the baseline, always runs)")
+    terms = sub.add_parser("terms", help="Cliff, IOSS and HFS alone against the Cliff paper's Shapes3D step")
+    terms.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    terms.add_argument("--n", type=int, default=64, help="batch size (Shapes3D's: 64)")
+    terms.add_argument("--d", type=int, default=10, help="latents (Shapes3D's: 10)")
+    terms.add_argument("--repeats", type=int, default=10)
     data = sub.add_parser("data", help="batch-assembly throughput (images/s) of prepared and procedural data")
     data.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     data.add_argument("--n", type=int, default=100_000, help="images in the synthetic cache")
@@ -232,6 +274,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.what == "steps":
         bench_steps(args.device, args.repeats, args.batch_size, args.only)
+    elif args.what == "terms":
+        bench_terms(args.n, args.d, args.repeats, args.device)
     elif args.what == "data":
         bench_data(args.n, args.batch_sizes, args.repeats, args.device)
     elif args.what == "metrics":

@@ -422,3 +422,13 @@ def test_short_training_run_logs_the_new_terms(model, regularizer, names, tmp_pa
         values = [row.split(",")[columns.index(f"train/{name}")] for row in rows]
         values = [float(v) for v in values if v]
         assert values and all(math.isfinite(v) for v in values), name
+
+
+def test_bench_terms_reports_each_term_against_the_shapes3d_step(capsys):
+    from disentangle.bench import main
+
+    main(["terms", "--repeats", "1", "--n", "16", "--d", "3", "--device", "cpu"])
+    out = capsys.readouterr().out
+    for label in ("step without Cliff", "step with Cliff", "cliff_terms", "ioss", "hfs"):
+        assert label in out
+    assert "z of shape (16, 3)" in out
