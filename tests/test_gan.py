@@ -89,6 +89,21 @@ def test_prior_samples_lie_on_the_codebook_and_in_the_unit_cube_and_other_latent
         sample_prior(GaussianLatent(n_latents=3), 4)
 
 
+def test_interventions_start_from_a_fixed_prior_draw_or_by_option_from_the_data():
+    """Spec qlae.md §9.1 item 6: the authors' GAN figures intervene on prior samples."""
+    model = small_gan("qlinfowgan_gp")
+    x = torch.rand(1, 3, 16, 16)
+    state = torch.get_rng_state()
+    base = model.intervention_base(x)
+    assert torch.equal(torch.get_rng_state(), state)                  # seeded without touching the global stream
+    assert torch.equal(base, model.intervention_base(x)) and base.shape == (1, model.n_latents)
+    assert all((base[0, j] == model.latent.values[j]).any() for j in range(model.n_latents))   # on the codebook
+    assert not torch.equal(base, model.embed(x)[0])
+    data = small_gan("qlinfowgan_gp", "model.intervene_on=data")
+    data.load_state_dict(model.state_dict())
+    assert torch.equal(data.intervention_base(x), model.embed(x)[0])
+
+
 # -- the schedule and what each update moves (spec §5.3, Alg. 3) --------------------------------------------
 def test_the_generator_updates_once_per_n_critic_iterations_and_each_update_moves_only_its_own_parameters():
     torch.manual_seed(0)
@@ -278,6 +293,7 @@ def test_a_checkpoint_round_trip_restores_both_optimizers_and_the_schedule(tmp_p
     ("model/latent=gaussian", "model.latent: GaussianLatent has no prior"),
     ("model/arch=dlib data.resolution=64", "model.arch.encoder: DlibEncoder has no forward_features trunk"),
     ("+model.optimizer.schedule={kind:cosine,steps:10}", "model.optimizer.schedule is not supported"),
+    ("model.intervene_on=noise", "model.intervene_on must be one of ['prior', 'data'] (got 'noise')"),
 ])
 def test_bad_values_fail_before_training_in_one_line(override, message, tmp_path):
     cfg = compose_config(FAST + ["model=qlinfowgan_gp", "data=shapes2d", *override.split()], output_dir=tmp_path)

@@ -85,6 +85,7 @@ class EvaluationJob:
     infoe_features: str = "standardize"  # what infomec.infoe_features=auto means for this latent module
     sampled: dict = field(default_factory=dict)  # FactorVAE/BetaVAE results, computed on the training thread
     interventions: np.ndarray | None = None  # (T, n_z, C, H, W) decoded latent sweeps, in [0, 1]
+    intervention_start: str = "the first evaluation image"  # what the sweeps start from (the figure's title)
     reconstructions: tuple[np.ndarray, np.ndarray] | None = None  # originals, reconstructions (k, C, H, W)
 
 
@@ -346,6 +347,8 @@ class DisentanglementEvaluation(pl.Callback):
             model_device=str(pl_module.device),
             infoe_features="onehot" if _categorical(pl_module) else "standardize",
             interventions=interventions, reconstructions=reconstructions,
+            intervention_start=("a fixed prior draw" if getattr(pl_module, "intervene_on", None) == "prior"
+                                else "the first evaluation image"),
         )
 
     def compute(self, job: EvaluationJob) -> EvaluationOutcome:
@@ -429,11 +432,13 @@ class DisentanglementEvaluation(pl.Callback):
     @torch.no_grad()
     def _decode_interventions(self, pl_module, datamodule, z: np.ndarray) -> np.ndarray:
         """Sweep each latent over its [min, max] on the evaluation set from the first evaluation image (spec
-        qlae.md §9.1); a categorical latent (VQ, QVAE code indices) steps through the codes it uses on the
+        qlae.md §9.1; or from the model's ``intervention_base``, a GAN's prior draw); a categorical latent (VQ, QVAE code indices) steps through the codes it uses on the
         evaluation set instead, since labels in between mean nothing, in the latent module's order (scalar codebooks:
         by value). (n_interventions, n_z, C, H, W) in [0, 1]."""
         images, _ = datamodule.gather(datamodule.eval_indices()[:1].to(pl_module.device))
-        base, _ = pl_module.embed(images)
+        # a model may start elsewhere (the GANs: a prior draw, spec qlae.md §9.1 item 6)
+        base = pl_module.intervention_base(images) if hasattr(pl_module, "intervention_base") else \
+            pl_module.embed(images)[0]
         steps = np.linspace(0.0, 1.0, self.n_interventions)
         n_z = z.shape[1]
         grid = base.float().repeat(self.n_interventions * n_z, 1).reshape(self.n_interventions, n_z, n_z).clone()
@@ -492,7 +497,8 @@ class DisentanglementEvaluation(pl.Callback):
             if job.interventions is not None:
                 labels = _latent_labels(nmi, active, job.factor_names, job.latents.shape[1])
                 artifacts["interventions"] = intervention_grid(job.interventions, labels,
-                                                               self.output_dir / "interventions.png")
+                                                               self.output_dir / "interventions.png",
+                                                               start=job.intervention_start)
             if job.reconstructions is not None:
                 artifacts["reconstructions"] = reconstruction_grid(*job.reconstructions,
                                                                    self.output_dir / "reconstructions.png")

@@ -90,9 +90,10 @@ def _tile(images: np.ndarray, pad: int = 2) -> np.ndarray:
 
 
 def intervention_grid(images: np.ndarray, column_labels: Sequence[str], path: str | Path,
-                      row_labels=None) -> Path:
+                      row_labels=None, start: str | None = None) -> Path:
     """Save a grid of decoded interventions: ``images`` is (n_rows, n_cols, C, H, W) in [0, 1];
-    column j sweeps latent j (labels), rows go down the interpolation."""
+    column j sweeps latent j (labels), rows go down the interpolation; ``start`` names the latent the sweeps edit
+    (shown in the title)."""
     n_rows, n_cols, _, h, w = images.shape
     pad = 2
     fig = _figure(max(4.0, 0.8 * n_cols + 1), max(3.0, 0.8 * n_rows + 1))
@@ -104,7 +105,8 @@ def intervention_grid(images: np.ndarray, column_labels: Sequence[str], path: st
         ax.set_yticks([r * (h + pad) + h / 2 for r in range(n_rows)], list(row_labels), fontsize=7)
     else:
         ax.set_yticks([])
-    ax.set_title("decoded latent interventions (column: one latent varied across its evaluation-set values)")
+    title = "decoded latent interventions (column: one latent varied across its evaluation-set values)"
+    ax.set_title(title if start is None else f"{title}\nstarting from {start}")
     return _save(fig, path)
 
 

@@ -51,6 +51,9 @@ __all__ = ["InfoWGAN", "gradient_penalty", "interpolate", "latent_reconstruction
 
 
 # -- the loss pieces (spec qlae.md §4.7) -----------------------------------------------------------------
+INTERVENTION_BASES = ("prior", "data")
+
+
 def interpolate(x_real: torch.Tensor, x_fake: torch.Tensor, epsilon: torch.Tensor | None = None) -> torch.Tensor:
     """x̃ = ε·x_real + (1 − ε)·x_fake with one ε ~ U[0, 1] per sample, broadcast over C, H, W (spec §4.7;
     Gulrajani et al. 2017 Alg. 1). ``epsilon`` (B,) fixes the weights (tests). Returned with ``requires_grad``."""
@@ -167,6 +170,9 @@ class InfoWGAN(pl.LightningModule):
         dataset_size: accepted for the shared constructor call; unused.
         n_samples_figure: generated images in ``samples.png``, written to the run directory at the end of training
             from fixed prior draws (seed 0, the same for every run); 0 = none.
+        intervene_on: where ``interventions.png`` starts its latent sweeps: ``"prior"`` (the authors' code, spec
+            qlae.md §9.1 item 6: a fixed prior draw, seed 0) or ``"data"`` (the first evaluation image's encoded
+            latent, as for the autoencoders).
     """
 
     def __init__(
@@ -186,6 +192,7 @@ class InfoWGAN(pl.LightningModule):
         gradient_penalty_weight: float = 10.0,
         latent_weight: float = 200.0,
         n_samples_figure: int = 64,
+        intervene_on: str = "prior",
     ):
         super().__init__()
         self.automatic_optimization = False
@@ -233,6 +240,9 @@ class InfoWGAN(pl.LightningModule):
         if isinstance(n_samples_figure, bool) or int(n_samples_figure) != n_samples_figure or n_samples_figure < 0:
             raise ValueError(f"model.n_samples_figure must be an integer >= 0 (got {n_samples_figure})")
         self.n_samples_figure = int(n_samples_figure)
+        if intervene_on not in INTERVENTION_BASES:
+            raise ValueError(f"model.intervene_on must be one of {list(INTERVENTION_BASES)} (got {intervene_on!r})")
+        self.intervene_on = intervene_on
         self.run_config: dict | None = None  # the composed Hydra config, stored in checkpoints
         self._plain_iterations = 0  # the schedule's counter when stepped without a Trainer (benchmarks)
 
@@ -258,15 +268,28 @@ class InfoWGAN(pl.LightningModule):
         return self.latent.representation(out), self.to_image(self.decode(out.z))
 
     @torch.no_grad()
-    def sample(self, n: int, seed: int | None = None) -> torch.Tensor:
-        """n generated images sigmoid(G(z_fake)) from prior samples, in [0, 1]; ``seed`` fixes the draws without
-        touching the global random state."""
+    def prior_draws(self, n: int, seed: int | None = None) -> torch.Tensor:
+        """n prior samples z_fake; ``seed`` fixes them without touching the global random state."""
         if seed is None:
-            return self.to_image(self.decode(sample_prior(self.latent, n, self.device)))
+            return sample_prior(self.latent, n, self.device)
         cuda = range(torch.cuda.device_count()) if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=cuda):
             torch.manual_seed(seed)
-            return self.to_image(self.decode(sample_prior(self.latent, n, self.device)))
+            return sample_prior(self.latent, n, self.device)
+
+    @torch.no_grad()
+    def sample(self, n: int, seed: int | None = None) -> torch.Tensor:
+        """n generated images sigmoid(G(z_fake)) from prior samples, in [0, 1]; ``seed`` fixes the draws without
+        touching the global random state."""
+        return self.to_image(self.decode(self.prior_draws(n, seed)))
+
+    @torch.no_grad()
+    def intervention_base(self, x: torch.Tensor) -> torch.Tensor:
+        """The representation the intervention figure sweeps from: a fixed prior draw (``intervene_on="prior"``,
+        the authors' GAN figures; the GANs' latents are their own representation) or the encoded ``x``."""
+        if self.intervene_on == "prior":
+            return self.prior_draws(len(x), seed=0)
+        return self.embed(x)[0]
 
     # -- the two objectives (spec §4.7) ---------------------------------------------------------------------
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
