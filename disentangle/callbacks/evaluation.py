@@ -432,9 +432,10 @@ class DisentanglementEvaluation(pl.Callback):
     @torch.no_grad()
     def _decode_interventions(self, pl_module, datamodule, z: np.ndarray) -> np.ndarray:
         """Sweep each latent over its [min, max] on the evaluation set from the first evaluation image (spec
-        qlae.md §9.1; or from the model's ``intervention_base``, a GAN's prior draw); a categorical latent (VQ, QVAE code indices) steps through the codes it uses on the
-        evaluation set instead, since labels in between mean nothing, in the latent module's order (scalar codebooks:
-        by value). (n_interventions, n_z, C, H, W) in [0, 1]."""
+        qlae.md §9.1), or from the model's ``intervention_base`` (a GAN's prior draw); a categorical latent (VQ,
+        QVAE code indices) steps through the codes it uses on the evaluation set instead, since labels in between
+        mean nothing, in the latent module's order (scalar codebooks: by value). (n_interventions, n_z, C, H, W) in
+        [0, 1]."""
         images, _ = datamodule.gather(datamodule.eval_indices()[:1].to(pl_module.device))
         # a model may start elsewhere (the GANs: a prior draw, spec qlae.md §9.1 item 6)
         base = pl_module.intervention_base(images) if hasattr(pl_module, "intervention_base") else \

@@ -50,10 +50,10 @@ __all__ = ["InfoWGAN", "gradient_penalty", "interpolate", "latent_reconstruction
            "sample_prior"]
 
 
+INTERVENTION_BASES = ("prior", "data")  # where interventions.png starts (InfoWGAN's intervene_on)
+
+
 # -- the loss pieces (spec qlae.md §4.7) -----------------------------------------------------------------
-INTERVENTION_BASES = ("prior", "data")
-
-
 def interpolate(x_real: torch.Tensor, x_fake: torch.Tensor, epsilon: torch.Tensor | None = None) -> torch.Tensor:
     """x̃ = ε·x_real + (1 − ε)·x_fake with one ε ~ U[0, 1] per sample, broadcast over C, H, W (spec §4.7;
     Gulrajani et al. 2017 Alg. 1). ``epsilon`` (B,) fixes the weights (tests). Returned with ``requires_grad``."""
