@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install demo test test-slow bench clean
+.PHONY: install demo test test-slow bench docs clean
 
 install: $(STAMP)
 
@@ -39,5 +39,15 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q -m slow
 
+# The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/, failing on any warning;
+# `make docs SERVE=1` serves it with live reload at http://127.0.0.1:8000 instead.
+# NO_MKDOCS_2_WARNING silences mkdocs-material's banner about MkDocs 2.0 (not a build warning).
+docs: install
+ifeq ($(SERVE),1)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+else
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+endif
+
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) outputs multirun .pytest_cache site

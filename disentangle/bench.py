@@ -71,11 +71,10 @@ def _model(overrides, batch_size):
         cfg = compose("train", overrides=overrides + ["data=shapes2d", "paths.output_dir=/tmp/bench",
                                                       f"model.batch_size={batch_size}"])
     model = instantiate(cfg.model, in_channels=3, resolution=64, dataset_size=DATASET_SIZE)
-    for reg in model.regularizers.values():
-        if reg.needs_data:  # the labelled examples a Trainer's setup would draw
-            from .data import ProceduralDataModule
+    if any(reg.needs_data for reg in model.regularizers.values()):  # the labelled examples a Trainer's setup draws
+        from .data import ProceduralDataModule
 
-            reg.attach_data(ProceduralDataModule("shapes2d", eval_size=10))
+        model.attach_data(ProceduralDataModule("shapes2d", eval_size=10))
     return model
 
 

@@ -1,5 +1,6 @@
 """Runs that survive a kill: atomic checkpoint writes, the RNG states in every checkpoint, and what resuming needs
-before the trainer starts (find and check the checkpoint, cut the logs back to it).
+before the trainer starts (find and check the checkpoint, cut the logs back to it); and :func:`load_checkpoint`,
+which rebuilds a trained model with its data from a checkpoint (``evaluate``, ``select``).
 
 Lightning restores the model, every optimizer and lr scheduler, the global step and its loop counters from a
 checkpoint (``Trainer.fit(ckpt_path=...)``); the data streams skip the batches already drawn
@@ -21,7 +22,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from .errors import ConfigError
+from .errors import ConfigError, DatasetNotFoundError
 
 LAST = "last.ckpt"
 
@@ -90,6 +91,48 @@ class RngState(pl.Callback):
         if self._restored is not None:
             set_rng_states(self._restored)
             self._restored = None
+
+
+# -- loading a trained model -------------------------------------------------------------------------------------
+def load_checkpoint(path: Path | str, data_cfg=None, data_overrides: dict | None = None):
+    """(model with the checkpoint's weights, the run's composed config, its data module, the raw checkpoint) from a
+    checkpoint written by ``disentangle.train``; ``data_cfg`` replaces the run's data config, ``data_overrides``
+    sets keys of it (e.g. ``{"batch_size": 64}``). Every problem is one :class:`ConfigError` line."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from .config import one_line
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"ckpt={path}: no such checkpoint file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise ConfigError(f"ckpt={path}: unreadable checkpoint ({one_line(exc)})") from exc
+    if "disentangle_config" not in ckpt:
+        raise ConfigError(f"ckpt={path}: not a disentangle checkpoint (no stored config)")
+    run = OmegaConf.create(ckpt["disentangle_config"])
+    data = OmegaConf.create(OmegaConf.to_container(data_cfg if data_cfg is not None else run.data, resolve=True))
+    for key, value in (data_overrides or {}).items():
+        data[key] = value
+    try:
+        datamodule = instantiate(data)
+        # older checkpoints did not store the image shape: assume the data's
+        shape = ckpt.get("disentangle_shape") or {
+            "in_channels": datamodule.num_channels, "resolution": datamodule.resolution}
+        model = instantiate(run.model, **shape)
+    except DatasetNotFoundError:
+        raise
+    except Exception as exc:
+        raise ConfigError(one_line(exc)) from exc
+    if (datamodule.num_channels, datamodule.resolution) != (model.in_channels, model.resolution):
+        raise ConfigError(
+            f"data {datamodule.name} has {datamodule.num_channels}x{datamodule.resolution}px images; the model "
+            f"was trained on {model.in_channels}x{model.resolution}px"
+        )
+    model.load_state_dict(ckpt["state_dict"])
+    return model, run, datamodule, ckpt
 
 
 # -- before a resumed run starts ---------------------------------------------------------------------------------

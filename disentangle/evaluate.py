@@ -10,50 +10,14 @@ import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from . import config
+from .checkpointing import load_checkpoint
 from .errors import ConfigError, DatasetNotFoundError
 from .metrics.suite import check_metric_names
 
-
-def load_checkpoint(path: Path | str, data_cfg=None, data_overrides: dict | None = None):
-    """(model with the checkpoint's weights, the run's composed config, its data module, the raw checkpoint) from a
-    checkpoint written by ``disentangle.train``; ``data_cfg`` replaces the run's data config, ``data_overrides``
-    sets keys of it (e.g. ``{"batch_size": 64}``). Every problem is one :class:`ConfigError` line."""
-    import torch
-    from hydra.utils import instantiate
-
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ConfigError(f"ckpt={path}: no such checkpoint file")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:
-        raise ConfigError(f"ckpt={path}: unreadable checkpoint ({config.one_line(exc)})") from exc
-    if "disentangle_config" not in ckpt:
-        raise ConfigError(f"ckpt={path}: not a disentangle checkpoint (no stored config)")
-    run = OmegaConf.create(ckpt["disentangle_config"])
-    data = OmegaConf.create(OmegaConf.to_container(data_cfg if data_cfg is not None else run.data, resolve=True))
-    for key, value in (data_overrides or {}).items():
-        data[key] = value
-    try:
-        datamodule = instantiate(data)
-        # older checkpoints did not store the image shape: assume the data's
-        shape = ckpt.get("disentangle_shape") or {
-            "in_channels": datamodule.num_channels, "resolution": datamodule.resolution}
-        model = instantiate(run.model, **shape)
-    except DatasetNotFoundError:
-        raise
-    except Exception as exc:
-        raise ConfigError(config.one_line(exc)) from exc
-    if (datamodule.num_channels, datamodule.resolution) != (model.in_channels, model.resolution):
-        raise ConfigError(
-            f"data {datamodule.name} has {datamodule.num_channels}x{datamodule.resolution}px images; the model "
-            f"was trained on {model.in_channels}x{model.resolution}px"
-        )
-    model.load_state_dict(ckpt["state_dict"])
-    return model, run, datamodule, ckpt
+__all__ = ["evaluate_checkpoint", "load_checkpoint", "main"]
 
 
 def evaluate_checkpoint(cfg: DictConfig) -> dict:

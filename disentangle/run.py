@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from . import config as _config  # noqa: F401  (registers the resolvers used by conf/)
-from .callbacks import SUMMARY_KEYS, DisentanglementEvaluation
+from .callbacks import DisentanglementEvaluation
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
 from .config import one_line
 from .data import DatasetNotFoundError
@@ -107,7 +107,7 @@ def print_summary(title: str, result: dict, artifacts: dict) -> None:
     # the InfoMEC/DCI/PSNR columns whenever one of them was computed (a "-" marks one that was not), the other
     # metrics when present (an MCC-only run such as experiment=cliff2d shows just its MCC)
     defaults = _DEFAULT_COLUMNS if any(k in result for k in _DEFAULT_COLUMNS) else ()
-    keys = [k for k in SUMMARY_KEYS if k in result or k in defaults]
+    keys = [k for k in SCALAR_LABELS if k in result or k in defaults]  # registered metrics included
     table = Table(title=title, min_width=len(title))
     if len(keys) <= len(_DEFAULT_COLUMNS) + 1:  # one row fits a terminal
         for key in keys:

@@ -13,7 +13,6 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,30 +40,19 @@ def check_rule(rule: str) -> str:
     return rule
 
 
-@contextmanager
-def straight_through_mode(model, hard: bool) -> Iterator[None]:
-    """The model in its training-mode forward (so adversarial terms see the latent sample) with the Gumbel noise
-    scale at 0 and the categorical latent soft (``hard=False``) or straight-through one-hot (``hard=True``)."""
-    latent = model.latent
-    saved = (model.training, latent.noise_scale, latent.hard)
-    # counters of regularizers that draw batches of their own (labelled supervision): both modes see the same ones
-    counters = {name: buf.clone() for name, buf in model.named_buffers() if name.endswith(".steps")}
-    model.train()
-    latent.noise_scale, latent.hard = 0.0, hard
-    try:
-        yield
-    finally:
-        model.train(saved[0])
-        latent.noise_scale, latent.hard = saved[1], saved[2]
-        for name, value in counters.items():
-            model.get_buffer(name).copy_(value)
+def straight_through_mode(model, hard: bool):
+    """``model.straight_through_mode(hard)``: the model in its training-mode forward (so adversarial terms see the
+    latent sample) with the Gumbel noise scale at 0 and the categorical latent soft (``hard=False``) or
+    straight-through one-hot (``hard=True``)."""
+    return model.straight_through_mode(hard)
 
 
-def _check_categorical(model) -> None:
-    latent = getattr(model, "latent", None)
-    if getattr(latent, "distribution", None) != "categorical" or not hasattr(latent, "hard"):
-        kind = getattr(latent, "distribution", None) or type(latent).__name__
-        raise ValueError(f"Δ_ST needs a categorical latent (model/latent=categorical); this model's is {kind}")
+def check_categorical(model) -> None:
+    """One ValueError line unless the model's latent has Δ_ST's soft/hard relaxation (a categorical latent)."""
+    spec = model.latent_spec
+    if not spec.straight_through:
+        raise ValueError(f"Δ_ST needs a categorical latent (model/latent=categorical); this model's is "
+                         f"{spec.distribution or spec.module}")
 
 
 @torch.no_grad()
@@ -76,8 +64,8 @@ def straight_through_gap(model, batches: Iterable[torch.Tensor], *, criterion: s
     the training step) and ``elbo`` (reconstruction + the latent's KL) are averaged over batches. Returns
     ``delta_st`` (for ``criterion``), ``delta_st_loss``, ``delta_st_elbo``, the four means and ``batches``."""
     check_criterion(criterion)
-    _check_categorical(model)
-    kl_terms = set(model.latent.weights)
+    check_categorical(model)
+    kl_terms = set(model.latent_spec.loss_terms)
     sums = {f"{kind}_{mode}": 0.0 for kind in CRITERIA for mode in ("soft", "hard")}
     n = 0
     if progress:
@@ -88,7 +76,7 @@ def straight_through_gap(model, batches: Iterable[torch.Tensor], *, criterion: s
         if model.split_batch:  # the model's loss sees the first half, as in its training step
             x = x.chunk(2)[0]
         for mode in ("soft", "hard"):
-            with straight_through_mode(model, hard=mode == "hard"):
+            with model.straight_through_mode(hard=mode == "hard"):
                 terms, weights = model.loss_terms(x)
             loss = sum(weights[k] * v for k, v in terms.items())
             elbo = terms["reconstruction"] + sum(weights[k] * terms[k] for k in kl_terms)
@@ -164,8 +152,8 @@ def measure_run(path: Path, *, rule: str = "delta_st", criterion: str = "loss", 
     for ``rule="delta_st"`` Δ_ST as ``delta_st`` (for ``criterion``), ``delta_st_loss``, ``delta_st_elbo`` and the
     settings; for ``rule="labels"`` ``label_validation_mig``. A stored value with the same settings is reused unless
     ``recompute``. Problems become ``RunRecord.error`` (one line)."""
+    from .checkpointing import load_checkpoint
     from .config import one_line
-    from .evaluate import load_checkpoint
 
     check_rule(rule)
     record = RunRecord(path)
@@ -198,21 +186,16 @@ def measure_run(path: Path, *, rule: str = "delta_st", criterion: str = "loss", 
             overrides["seed"] = stream_seed
         model, run, datamodule, _ = load_checkpoint(ckpt, data_overrides=overrides)
         record.data, record.model = run.data.name, run.model.name
-        for reg in model.regularizers.values():
-            if reg.needs_data:  # the same labelled examples as in training (their seed is in the config)
-                reg.attach_data(datamodule)
+        model.attach_data(datamodule)  # the same labelled examples as in training (their seed is in the config)
         model.to(device)
         if rule == "delta_st":
-            _check_categorical(model)
+            check_categorical(model)
             record.gap = straight_through_gap(model, training_batches(datamodule, n_batches, device),
                                               criterion=criterion, progress=progress)
             update = {k: record.gap[k] for k in ("delta_st_loss", "delta_st_elbo")}
             update.update(delta_st=record.gap["delta_st"], delta_st_criterion=criterion, delta_st_settings=settings)
         else:
-            supervised = [r for r in model.regularizers.values() if hasattr(r, "validation_score")]
-            if not supervised:
-                raise ValueError("not a semi-supervised run (no +regularizer=supervision): no held-out labels")
-            record.validation = supervised[0].validation_score(model)
+            record.validation = model.label_validation_score()
             update = {"label_validation_mig": record.validation}
     except Exception as exc:  # noqa: BLE001 - one bad run must not stop the selection over the others
         record.error = one_line(exc)

@@ -13,7 +13,6 @@ from conftest import compose_config
 from hydra.utils import instantiate
 from scipy.stats import spearmanr
 
-from disentangle.callbacks.figures import factor_recovery_scatter
 from disentangle.data.procedural import balls
 from disentangle.data.synthetic import (
     FACTOR_LEVELS,
@@ -25,6 +24,7 @@ from disentangle.data.synthetic import (
     mixing_matrices,
 )
 from disentangle.errors import ConfigError
+from disentangle.figures import factor_recovery_scatter
 from disentangle.nn import AdditiveDecoder, LachapelleDecoder, LachapelleEncoder, MLPEncoder, ResNet18Trunk
 from disentangle.run import build, train
 

@@ -14,12 +14,8 @@ from conftest import FAST, compose_config
 from hydra.utils import instantiate
 from matplotlib.image import imread
 
-from disentangle.callbacks import (
-    DisentanglementEvaluation,
-    EvaluationError,
-    dci_importance_heatmap,
-    reconstruction_grid,
-)
+from disentangle.callbacks import DisentanglementEvaluation, EvaluationError
+from disentangle.figures import dci_importance_heatmap, reconstruction_grid
 from disentangle.metrics.accumulate import disentanglement_metrics
 from disentangle.run import build, train
 
@@ -50,7 +46,7 @@ def _eval_rows(tmp_path):
 
 
 def _no_worker_left(evaluation):
-    return evaluation._executor is None and not any(
+    return evaluation.worker.idle and not any(
         t.name.startswith("disentangle-eval") for t in threading.enumerate())
 
 
@@ -194,7 +190,7 @@ def test_run_without_a_trainer_computes_on_the_calling_thread_and_writes_everyth
         n_interventions=2, n_reconstructions=3, progress=False, save_latents=True,
     )
     result = evaluator.run(job.model, job.datamodule, step=7)
-    assert evaluator._executor is None  # run() never starts a worker
+    assert evaluator.worker.executor is None  # run() never starts a worker
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert record["step"] == 7 and record["n_samples"] == 64 and record["dci_d"] == result["dci_d"]
     assert np.array(record["dci_importance"]).shape == (12, 6)

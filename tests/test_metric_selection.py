@@ -111,15 +111,16 @@ def test_callback_rejects_an_unknown_metric_before_training(tmp_path):
 
 
 def test_infomec_auto_options_follow_the_model():
-    from disentangle.callbacks.evaluation import resolve_options
+    from disentangle.metrics.suite import ModelFacts, resolve_options
 
+    gpu, cpu = ModelFacts(device="cuda:1"), ModelFacts(device="cpu")
     options = {"infomec": {"device": "auto", "ksg_k": 3}, "dci": {"max_depth": 4}}
-    assert resolve_options(options, "cuda:1")["infomec"] == {"device": "cuda:1", "ksg_k": 3}
-    assert resolve_options(options, "cpu")["infomec"] == {"device": None, "ksg_k": 3}
-    assert resolve_options(options, "cpu")["dci"] is options["dci"]
+    assert resolve_options(options, gpu)["infomec"] == {"device": "cuda:1", "ksg_k": 3}
+    assert resolve_options(options, cpu)["infomec"] == {"device": None, "ksg_k": 3}
+    assert resolve_options(options, cpu)["dci"] == options["dci"]  # a metric without auto options: as given
     fixed = {"infomec": {"device": None, "infoe_features": "standardize"}}
-    assert resolve_options(fixed, "cuda:0", "onehot") == fixed
-    # infoe_features=auto: the latent module's choice (one-hot for VQ code indices)
+    assert resolve_options(fixed, ModelFacts(device="cuda:0", categorical=True)) == fixed
+    # infoe_features=auto: the representation's choice (one-hot for unordered code indices)
     auto = {"infomec": {"infoe_features": "auto"}}
-    assert resolve_options(auto, "cpu", "onehot")["infomec"]["infoe_features"] == "onehot"
-    assert resolve_options(auto, "cpu")["infomec"]["infoe_features"] == "standardize"
+    assert resolve_options(auto, ModelFacts(categorical=True))["infomec"]["infoe_features"] == "onehot"
+    assert resolve_options(auto, cpu)["infomec"]["infoe_features"] == "standardize"

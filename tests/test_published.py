@@ -23,10 +23,6 @@ SWEEP_DIR = ROOT / "sweeps"
 # grid sweeps (the basic sweeper); a search such as optuna_infom has no grid to count (tested in test_resume.py)
 SWEEPS = sorted(p.stem for p in SWEEP_DIR.glob("*.yaml") if "override hydra/sweeper" not in p.read_text())
 GROUPS = ("model", "data")  # swept config groups whose values must be config files
-# Datasets other engineers are adding (conf/data/<name>.yaml); sweeps may name them before they land. Once a file
-# exists it is checked like any other.
-PENDING_DATA = {"cars3d", "smallnorb", "colour_dsprites"}
-
 # Cells per published table, counted by hand in the specs' results sections (rows x columns minus n.a./missing).
 EXPECTED_ROWS = {
     ("qlae", "1"): 240,         # qlae.md §10.1: 8 models x 5 columns (aggregated + 4 datasets) x (3 InfoMEC + 3 DCI)
@@ -187,8 +183,7 @@ def _compose(name: str, overrides: list[str]):
 def test_sweep_composes_with_the_first_value_of_every_axis(sweep):
     params = _params(sweep)
     first = {key: _values(spec)[0] for key, spec in params.items()}
-    missing = [f"{k}={v}" for k, v in first.items() if k in GROUPS and _missing(k, v)
-               and not (k == "data" and v in PENDING_DATA)]
+    missing = [f"{k}={v}" for k, v in first.items() if k in GROUPS and _missing(k, v)]
     overrides = [f"{k}={v}" for k, v in first.items()]
     if missing:  # a table whose rows are not implemented yet: it must say so and stop with a clear line
         for item in missing:
@@ -230,7 +225,7 @@ def test_sweep_values_exist_or_are_declared_missing(sweep):
         if key not in GROUPS:
             continue
         for value in _values(spec):
-            if _missing(key, value) and not (key == "data" and value in PENDING_DATA):
+            if _missing(key, value):
                 assert f"{key}={value}" in header, f"{sweep}: {key}={value} has no config and is not declared"
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from disentangle.quantizers import LatentQuantizer
+from disentangle.quantizers import ContinuousLatent, LatentQuantizer
 from disentangle.regularizers import (
     KernelMultiInformation,
     NormalizedHessianPenalty,
@@ -125,7 +125,8 @@ def test_nhp_regularizer_rejects_unknown_layers_and_bad_values():
         activation_names = ("a", "b")
         hessian_layers = ("a",)
 
-    model = SimpleNamespace(decoder=Dec(1.0))  # bind() reads what it needs from the model
+    # bind() reads only the model contract (RegularizedModel): the latent's description and the decoder
+    model = SimpleNamespace(decoder=Dec(1.0), latent_spec=ContinuousLatent(2).spec(), n_latents=2)
     reg = NormalizedHessianPenalty(1.0)
     reg.bind(model)
     assert reg.layers == ("a",) and reg.needs_activations == ("a",)

@@ -10,7 +10,9 @@ import pytest
 import torch
 from conftest import FAST, MODELS, compose_config, run_cli
 
+from disentangle.callbacks.gather import decode_interventions
 from disentangle.errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
+from disentangle.metrics.suite import resolve_options
 from disentangle.run import build, train
 
 SUMMARY = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr")
@@ -275,14 +277,16 @@ def test_evaluation_sees_mu_for_gaussians_and_code_indices_for_vq(tmp_path):
     job.model.eval()
     prepared = job.evaluation.prepare(job.model, job.datamodule, step=0, final=False, write=False,
                                       metrics=("infomec",))
-    assert prepared.infoe_features == "onehot"
+    assert prepared.model.categorical  # what infomec.infoe_features=auto resolves to one-hot features for
+    assert resolve_options({"infomec": {"infoe_features": "auto"}}, prepared.model)["infomec"] == {
+        "infoe_features": "onehot"}
     seen = []
-    decode = job.model.decode_representation
-    job.model.decode_representation = lambda r: seen.append(r.clone()) or decode(r)
+    decode = job.model.decode_intervention
+    job.model.decode_intervention = lambda r: seen.append(r.clone()) or decode(r)
     codes = np.zeros((50, 12))
     codes[:, 3] = np.repeat([3, 7, 9, 30, 31], 10)  # latent 3 uses five codes; the others one each
-    job.evaluation._decode_interventions(job.model, job.datamodule, codes)
-    grid = seen[0].reshape(job.evaluation.n_interventions, 12, 12)
+    decode_interventions(job.model, job.datamodule, codes, n_interventions=3)
+    grid = seen[0].reshape(3, 12, 12)
     assert set(grid[:, 3, 3].tolist()) == {3.0, 9.0, 31.0}  # 3 steps through the used codes, ends included
     assert (grid[:, 0, 0] == 0).all()
 

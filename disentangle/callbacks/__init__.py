@@ -1,14 +1,5 @@
-"""Evaluation and visualisation callbacks: gather latents, call metrics, draw figures, log."""
+"""Lightning callbacks: the evaluation (InfoMEC, DCI and the other registered metrics during training, figures at
+the end), split into gathering (:mod:`.gather`), the metric worker (:mod:`.worker`) and outputs (:mod:`.outputs`)."""
 from .evaluation import SUMMARY_KEYS, DisentanglementEvaluation, EvaluationError, shard_positions
-from .figures import dci_importance_heatmap, intervention_grid, nmi_heatmap, reconstruction_grid
 
-__all__ = [
-    "SUMMARY_KEYS",
-    "DisentanglementEvaluation",
-    "EvaluationError",
-    "dci_importance_heatmap",
-    "intervention_grid",
-    "nmi_heatmap",
-    "reconstruction_grid",
-    "shard_positions",
-]
+__all__ = ["SUMMARY_KEYS", "DisentanglementEvaluation", "EvaluationError", "shard_positions"]

@@ -5,12 +5,12 @@ import os
 from pathlib import Path
 
 from ..errors import DatasetNotFoundError
-from .prepared import VARIANT_DEFAULT, cache_path, default_root
+from .cache import cache_path, is_default_variant, resolve_root
 
 
 def source_key(name: str, variant: str | None) -> str:
     """Key of the dataset's official file in ``download.SOURCES`` (mpi3d variants have their own files)."""
-    if name == "mpi3d" and variant and variant != VARIANT_DEFAULT["mpi3d"]:
+    if name == "mpi3d" and not is_default_variant(name, variant):
         return f"mpi3d_{variant}"
     return name
 
@@ -35,7 +35,7 @@ def prepare(name: str, root: str | os.PathLike | None = None, *, variant: str | 
     from .download import SOURCES, fetch
     from .formats import OFFICIAL, find_raw
 
-    root = Path(root).expanduser() if root else default_root()
+    root = resolve_root(root)
     target = cache_path(name, root, variant)
     if is_complete(target):
         return target

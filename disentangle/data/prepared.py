@@ -22,23 +22,23 @@ import h5py
 import numpy as np
 import torch
 
+from ..checks import check_one_of
 from ..errors import DatasetNotFoundError
 from .base import FactorDataModule
 
-# the variant whose cache is plain <name>.h5 (other variants get <name>_<variant>.h5)
-VARIANT_DEFAULT = {"mpi3d": "complex"}
+# The cache-location helpers live in cache.py (shared with preparation.py); they stay importable from here.
+from .cache import VARIANT_DEFAULT, cache_path, default_root, is_default_variant, resolve_root
 
-
-def default_root() -> Path:
-    return Path(os.environ.get("DISENTANGLE_DATA", "~/.cache/disentangle")).expanduser()
-
-
-def cache_path(name: str, root: str | os.PathLike | None = None, variant: str | None = None) -> Path:
-    """``<root>/<name>.h5``, or ``<root>/<name>_<variant>.h5`` for a non-default variant (e.g. mpi3d_toy)."""
-    root = Path(root).expanduser() if root else default_root()
-    if variant and variant != VARIANT_DEFAULT.get(name):
-        return root / f"{name}_{variant}.h5"
-    return root / f"{name}.h5"
+__all__ = [
+    "COLOURS",
+    "VARIANT_DEFAULT",
+    "PreparedDataModule",
+    "PreparedDataset",
+    "cache_path",
+    "default_root",
+    "load_dataset",
+    "open_prepared",
+]
 
 
 def _map_images(path: Path) -> np.ndarray:
@@ -78,7 +78,7 @@ def open_prepared(name: str, root=None, variant: str | None = None, raw: str = "
             complete = bool(f.attrs.get("complete", False)) and "images" in f and "factors" in f
     if not complete:
         hint = f" (made from the official {raw})" if raw else ""
-        option = f" data.variant={variant}" if variant and variant != VARIANT_DEFAULT.get(name) else ""
+        option = "" if is_default_variant(name, variant) else f" data.variant={variant}"
         raise DatasetNotFoundError(
             f"{name} is not prepared: expected {path}{hint}; "
             f"run `python -m disentangle.prepare data={name}{option} data.root={path.parent}`"
@@ -120,8 +120,7 @@ class PreparedDataModule(FactorDataModule):
         ``factor_sizes``. ``cache_name`` reads the cache prepared for another dataset (colour dSprites reads
         ``dsprites``); ``colour`` (``none`` or ``random_multipliers``) colours binary grey-scale images."""
         super().__init__(**kwargs)
-        if colour not in COLOURS:
-            raise ValueError(f"data.colour must be one of {list(COLOURS)} (got {colour!r})")
+        check_one_of("data.colour", colour, COLOURS)
         self.name = name
         self.variant = variant
         self.cache_name = cache_name or name
@@ -155,7 +154,7 @@ class PreparedDataModule(FactorDataModule):
         from .formats import find_raw
         from .preparation import prepare
 
-        root = Path(root).expanduser() if root else default_root()
+        root = resolve_root(root)
         if not root.is_dir() or find_raw(name, root, variant) is None:
             return False
         prepare(name, root, variant=variant, factor_sizes=factor_sizes, download=False)

@@ -2,21 +2,19 @@
 
 Torch tensors are accepted and converted; this package imports neither models nor data code. The sampled
 metrics (FactorVAE and BetaVAE scores, ``sampled.py``) take a data module and an encoder instead of arrays; they
-use only the module's duck-typed ``gather`` / ``factor_sizes`` API. ``suite.py`` runs a chosen set by name.
+use only the module's duck-typed ``gather`` / ``factor_sizes`` API. ``suite.py`` runs a chosen set by name;
+``common.py`` holds the helpers the metric modules share.
 """
 
+from disentangle.metrics.common import as_numpy, entropy_discrete, label_encode, label_encode_columns
 from disentangle.metrics.dci import DEFAULT_DEPTH_GRID, dci, dci_from_importance, entropy_base
 from disentangle.metrics.infomec import (
     ACTIVE_RULES,
     INFOE_FEATURES,
     active_latents,
-    as_numpy,
-    entropy_discrete,
     infoe,
     infom_infoc,
     infomec,
-    label_encode,
-    label_encode_columns,
     nmi_matrix,
 )
 from disentangle.metrics.mcc import CORRELATIONS, abs_correlation, mcc

@@ -18,7 +18,8 @@ import numpy as np
 from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
 from sklearn.model_selection import train_test_split
 
-from disentangle.metrics.infomec import _check_option, _standardize, check_inputs, label_encode_columns
+from disentangle.checks import check_choice
+from disentangle.metrics.common import check_inputs, label_encode_columns, standardize
 
 __all__ = [
     "COMPLETENESS",
@@ -57,7 +58,7 @@ def dci_from_importance(importance: np.ndarray, completeness: str = "mean") -> t
     Entropy with base 1 is undefined, so: n_sources == 1 ⇒ D = 1 (each latent can only inform that one source);
     n_latents == 1 ⇒ C = 1 (each source is captured by that one latent). All-zero R ⇒ D = 0.
     """
-    _check_option("completeness", completeness, COMPLETENESS)
+    check_choice("completeness", completeness, COMPLETENESS)
     r = np.abs(np.asarray(importance, dtype=np.float64))
     n_z, n_s = r.shape
     total = r.sum()
@@ -233,9 +234,9 @@ def dci(
     Returns ``{"d", "i", "c"}`` floats, ``"importance"`` (n_latents, n_sources) and ``"max_depth"`` (per source the
     depth used; None for a skipped source, an unbounded depth or the gbt predictor).
     """
-    _check_option("predictor", predictor, PREDICTORS)
-    _check_option("completeness", completeness, COMPLETENESS)
-    _check_option("depth_search", depth_search, DEPTH_SEARCH)
+    check_choice("predictor", predictor, PREDICTORS)
+    check_choice("completeness", completeness, COMPLETENESS)
+    check_choice("depth_search", depth_search, DEPTH_SEARCH)
     s, z = check_inputs(sources, latents)
     s_codes, s_card = label_encode_columns(s)
     usable = s_card > 1
@@ -248,7 +249,7 @@ def dci(
         )
 
     x_train, x_test, y_train, y_test = train_test_split(
-        _standardize(z), s_codes, test_size=test_size, random_state=seed
+        standardize(z), s_codes, test_size=test_size, random_state=seed
     )
     depths = [max_depth] if max_depth is not None else list(depth_grid)
     if not depths:

@@ -5,12 +5,12 @@ the project spec ``shared/specs/qlae.md`` §8.2–8.5 and §12 rows 7–10, 22, 
 variants in ``shared/specs/tripod.md`` §10.1 (IQR active rule, one-hot InfoE features).
 
 Everything here is a pure function of arrays: numpy in, floats/arrays out (torch tensors are accepted and
-converted). Mutual information and entropies are in nats.
+converted). Mutual information and entropies are in nats. The input, encoding and entropy helpers live in
+``common.py``; the ones imported here stay importable from this module under their old names.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +21,21 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_selection import mutual_info_classif
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
+
+from disentangle.checks import check_choice
+from disentangle.metrics.common import (
+    as_2d,
+    as_numpy,
+    bin_columns,
+    check_inputs,
+    entropy_discrete,
+    label_encode,
+    label_encode_columns,
+    mutual_info_discrete,
+    standardize,
+    unpenalised_logistic_kwargs,
+    warn_skipped,
+)
 
 __all__ = [
     "ACTIVE_RULES",
@@ -51,65 +66,6 @@ SUPPRESS_CONVERGENCE_WARNINGS = True
 _PROB_EPS = 1e-15
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Input helpers (shared with dci.py and reconstruction.py)
-# ----------------------------------------------------------------------------------------------------------------
-def as_numpy(x: Any) -> np.ndarray:
-    """Convert a numpy array, torch tensor (any device, with or without grad) or array-like to numpy.
-
-    Duck-typed on ``.detach()`` so that the metrics package never has to import torch.
-    """
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x)
-
-
-def _as_2d(x: Any, name: str) -> np.ndarray:
-    """numpy array of shape (n_samples, n_columns); a 1-D input is one column."""
-    arr = as_numpy(x)
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must have shape (n_samples, n_{name}), got {arr.shape}")
-    return arr
-
-
-def label_encode(column: np.ndarray) -> tuple[np.ndarray, int]:
-    """Map a 1-D array to integer codes 0..K-1 by its sorted unique values; returns (codes, K)."""
-    uniques, codes = np.unique(column, return_inverse=True)
-    return codes.reshape(-1).astype(np.int64), len(uniques)
-
-
-def label_encode_columns(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Label-encode every column of a 2-D array (spec §8.1); returns (codes (n, d), cardinalities (d,))."""
-    encoded = [label_encode(x[:, j]) for j in range(x.shape[1])]
-    codes = np.stack([c for c, _ in encoded], axis=1) if encoded else np.zeros((x.shape[0], 0), np.int64)
-    return codes, np.array([k for _, k in encoded], dtype=np.int64)
-
-
-def check_inputs(sources: Any, latents: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Validate and convert (sources, latents) to 2-D numpy arrays with matching numbers of rows."""
-    s = _as_2d(sources, "sources")
-    z = _as_2d(latents, "latents").astype(np.float64)
-    if s.shape[0] != z.shape[0]:
-        raise ValueError(
-            f"sources and latents need the same number of samples, got {s.shape[0]} and {z.shape[0]}"
-        )
-    if s.shape[0] < 2:
-        raise ValueError("need at least 2 samples")
-    if s.shape[1] == 0 or z.shape[1] == 0:
-        raise ValueError("need at least one source and one latent column")
-    return s, z
-
-
-def bin_columns(x: np.ndarray, n_bins: int) -> np.ndarray:
-    """Each column cut into ``n_bins`` equal-width bins over its range (codes 0..n_bins-1; constant → 0)."""
-    x = np.asarray(x, dtype=np.float64)
-    lo, hi = x.min(axis=0), x.max(axis=0)
-    width = np.where(hi > lo, (hi - lo) / n_bins, 1.0)
-    return np.minimum(((x - lo) / width).astype(np.int64), n_bins - 1)
-
-
 def _auto_device(device: Any) -> Any:
     """``"auto"`` → ``"cuda"`` if torch is installed and sees a GPU, else None (numpy); anything else unchanged."""
     if device != "auto":
@@ -121,56 +77,9 @@ def _auto_device(device: Any) -> Any:
     return "cuda" if torch.cuda.is_available() else None
 
 
-def _check_option(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(
-            f"{name}={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}"
-        )
-
-
-def _standardize(z: np.ndarray) -> np.ndarray:
-    """Per-column zero mean / unit variance; constant columns become zeros instead of NaN."""
-    centred = z - z.mean(axis=0)
-    std = z.std(axis=0)
-    return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
-
-
-def warn_skipped(cardinalities: np.ndarray, metric: str = "InfoMEC") -> np.ndarray:
-    """Boolean mask of usable sources; warns once per source that has a single value (zero entropy), which
-    ``metric`` skips (shared by the metrics that normalise by, or need, a source's entropy)."""
-    usable = np.asarray(cardinalities) > 1
-    for i in np.flatnonzero(~usable):
-        warnings.warn(
-            f"source {i} has a single value (zero entropy); it is skipped by {metric}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return usable
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # NMI matrix (spec §8.2, paper eq. 7)
 # ----------------------------------------------------------------------------------------------------------------
-def entropy_discrete(codes: np.ndarray) -> float:
-    """Plug-in entropy (nats) of integer codes 0..K-1."""
-    p = np.bincount(codes) / codes.size
-    p = p[p > 0]
-    return float(-(p * np.log(p)).sum())
-
-
-def _mutual_info_discrete(x: np.ndarray, kx: int, y: np.ndarray, ky: int) -> float:
-    """Plug-in MI (nats) of two label-encoded columns via the empirical contingency table.
-
-    The joint code x*ky + y indexes the flattened table, so one bincount builds it without a per-sample loop.
-    """
-    joint = np.bincount(x * ky + y, minlength=kx * ky).reshape(kx, ky) / x.size
-    px = joint.sum(axis=1, keepdims=True)
-    py = joint.sum(axis=0, keepdims=True)
-    nz = joint > 0
-    mi = (joint[nz] * (np.log(joint[nz]) - np.log((px @ py)[nz]))).sum()
-    return max(float(mi), 0.0)  # rounding can give -1e-17 for independent columns
-
-
 # Joint tables bigger than this many cells are built one source at a time instead of all at once.
 _MAX_JOINT_CELLS = 50_000_000
 
@@ -196,7 +105,7 @@ def _mutual_info_all_pairs(
         ks = int(s_card[i])
         cells = n_z * ks * kz
         if cells > _MAX_JOINT_CELLS:  # very many distinct latent values: pair by pair keeps memory bounded
-            out[i] = [_mutual_info_discrete(s_codes[:, i], ks, z_codes[:, j], z_card[j]) for j in range(n_z)]
+            out[i] = [mutual_info_discrete(s_codes[:, i], ks, z_codes[:, j], z_card[j]) for j in range(n_z)]
             continue
         if device is None:
             flat = (np.arange(n_z) * kz)[None, :] + s_codes[:, i : i + 1] * (n_z * kz) + z_codes
@@ -238,7 +147,7 @@ def nmi_matrix(
     else:
         if s.shape[0] <= ksg_k:
             raise ValueError(f"the KSG estimator needs more than ksg_k={ksg_k} samples, got {s.shape[0]}")
-        z_std = _standardize(z)
+        z_std = standardize(z)
         # A constant column carries no information, but KSG on sklearn's tiny jitter reports small positive MI.
         varies = z.std(axis=0) > 0
         for i in np.flatnonzero(usable):
@@ -260,8 +169,8 @@ def active_latents(latents: Any, *, discrete_latents: bool, active_rule: str = "
     ``"iqr"`` (authors' standalone code, tripod.md §10.1): discrete ⇒ IQR_j > 0.1; continuous ⇒
     IQR_j > max_j' IQR_j' / 10. If every latent is constant, none is active.
     """
-    _check_option("active_rule", active_rule, ACTIVE_RULES)
-    z = _as_2d(latents, "latents").astype(np.float64)
+    check_choice("active_rule", active_rule, ACTIVE_RULES)
+    z = as_2d(latents, "latents").astype(np.float64)
     if active_rule == "range":
         spread = z.max(axis=0) - z.min(axis=0)
         if discrete_latents:
@@ -342,16 +251,6 @@ def _onehot(z: np.ndarray) -> np.ndarray:
     return np.concatenate(blocks, axis=1)
 
 
-def _unpenalised_kwargs() -> dict[str, Any]:
-    """No regularisation, spelled the way the installed sklearn accepts without a deprecation warning.
-
-    sklearn ≥ 1.8 deprecates ``penalty`` (default 'deprecated') in favour of C=np.inf; older versions want
-    ``penalty=None``.
-    """
-    default = inspect.signature(LogisticRegression).parameters["penalty"].default
-    return {"C": np.inf} if default == "deprecated" else {"penalty": None}
-
-
 def _fit_log_loss(features: np.ndarray, y: np.ndarray) -> float:
     """In-sample, unweighted mean cross-entropy (nats) of an unregularised multinomial logistic regression.
 
@@ -359,7 +258,7 @@ def _fit_log_loss(features: np.ndarray, y: np.ndarray) -> float:
     class_weight='balanced'; the loss is scored without class weights.
     """
     model = LogisticRegression(
-        **_unpenalised_kwargs(),
+        **unpenalised_logistic_kwargs(),
         solver="lbfgs",
         max_iter=INFOE_MAX_ITER,
         tol=1e-4,
@@ -437,15 +336,15 @@ def infoe(
     same objective with torch L-BFGS there (:func:`_fit_log_loss_torch`; agrees with sklearn to ~1e-3 in NMI_V).
     Returns (InfoE, per-source NMI_V array with 0 for skipped single-valued sources).
     """
-    _check_option("infoe_features", infoe_features, INFOE_FEATURES)
+    check_choice("infoe_features", infoe_features, INFOE_FEATURES)
     s, z = check_inputs(sources, latents)
     s_codes, s_card = label_encode_columns(s)
     usable = warn_skipped(s_card)
-    features = _onehot(z) if (discrete_latents and infoe_features == "onehot") else _standardize(z)
+    features = _onehot(z) if (discrete_latents and infoe_features == "onehot") else standardize(z)
 
     def nmi_v(i: int) -> float:
         if continuous_sources:
-            return float(np.clip(_r2(features, _standardize(s[:, i : i + 1].astype(np.float64))[:, 0]), 0, 1))
+            return float(np.clip(_r2(features, standardize(s[:, i : i + 1].astype(np.float64))[:, 0]), 0, 1))
         # H_V(s|∅): with class_weight='balanced' the intercept-only model's weighted optimum is the uniform
         # distribution, whose unweighted in-sample cross-entropy is exactly ln K (K = classes present). Fitting it,
         # as the reference code does, only adds the optimiser's tolerance to this value.
@@ -514,8 +413,8 @@ def infomec(
         (InfoE is still computed from all latents, as the spec prescribes; with the range rule "no active latent"
         means every latent is constant, so InfoE is 0 too); exactly one active latent ⇒ InfoC = 1.0.
     """
-    _check_option("active_rule", active_rule, ACTIVE_RULES)
-    _check_option("infoe_features", infoe_features, INFOE_FEATURES)
+    check_choice("active_rule", active_rule, ACTIVE_RULES)
+    check_choice("infoe_features", infoe_features, INFOE_FEATURES)
     device = _auto_device(device)
     s, z = check_inputs(sources, latents)
     usable = label_encode_columns(s)[1] > 1

@@ -14,8 +14,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import rankdata
 
-from disentangle.metrics.infomec import _check_option
-from disentangle.metrics.mig import checked_inputs
+from disentangle.checks import check_choice
+from disentangle.metrics.common import checked_inputs
 
 __all__ = ["CORRELATIONS", "abs_correlation", "mcc"]
 
@@ -53,7 +53,7 @@ def abs_correlation(sources: Any, latents: Any, *, method: str = "pearson") -> n
     everything (instead of NaN). Sources are used as given (numeric; not label-encoded, so continuous
     ground truth works too).
     """
-    _check_option("method", method, CORRELATIONS)
+    check_choice("method", method, CORRELATIONS)
     return _abs_corr(*checked_inputs(sources, latents), method)
 
 
@@ -69,7 +69,7 @@ def mcc(sources: Any, latents: Any, *, method: str = "pearson") -> dict[str, Any
     is left); constant latents just correlate 0. Returns ``{"mcc": float, "correlation": (n_latents,
     n_sources), "matching": (n_pairs, 2) int array of (latent, source) pairs}``.
     """
-    _check_option("method", method, CORRELATIONS)
+    check_choice("method", method, CORRELATIONS)
     s, z = checked_inputs(sources, latents)
     corr = _abs_corr(s, z, method)
     usable = np.ptp(s, axis=0) > 0

@@ -3,7 +3,8 @@
 Chen et al. 2018, "Isolating Sources of Disentanglement in Variational Autoencoders", §4.1. Settings follow
 disentanglement_lib as fixed by spec ``shared/specs/categorical_vae.md`` §12 (20 equal-width histogram bins,
 plug-in MI in nats, gap normalised by the factor entropy); the ``"minmax"`` variant follows
-``shared/specs/cliff.md`` §7.3. The binning helpers here are shared with modularity.py.
+``shared/specs/cliff.md`` §7.3. The binning and MI-matrix helpers, shared with modularity.py, live in
+``common.py`` (still importable from here).
 """
 
 from __future__ import annotations
@@ -12,66 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from disentangle.metrics.infomec import (
-    _check_option,
-    _mutual_info_discrete,
-    check_inputs,
+from disentangle.checks import check_choice
+from disentangle.metrics.common import (
+    DISCRETIZATIONS,
+    checked_inputs,
     entropy_discrete,
+    equal_width_bins,
     label_encode_columns,
+    mi_matrix,
     warn_skipped,
 )
 
 __all__ = ["DISCRETIZATIONS", "equal_width_bins", "mi_matrix", "mig"]
-
-DISCRETIZATIONS = ("histogram", "minmax")
-
-
-def checked_inputs(sources: Any, latents: Any) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`check_inputs` plus a clear error for NaN/inf latents (binning and fits would fail obscurely)."""
-    s, z = check_inputs(sources, latents)
-    if not np.isfinite(z).all():
-        raise ValueError("latents contain NaN or infinite values")
-    return s, z
-
-
-def equal_width_bins(x: Any, *, n_bins: int = 20, method: str = "histogram") -> np.ndarray:
-    """Bin every column of ``x`` (n, d) into ``n_bins`` equal-width bins; returns int codes (n, d).
-
-    ``"histogram"``: disentanglement_lib's ``np.digitize(x, np.histogram(x, n_bins)[1][:-1])`` per column
-    (bins span [min, max]; a constant column lands in one bin). ``"minmax"``: the Cliff/dent variant, scale each
-    column to [0, 1] by min-max (a constant column becomes 0) and digitize with ``linspace(0, 1, n_bins+1)[:-1]``.
-    Both are the same partition in exact arithmetic; they can differ only by rounding at bin edges.
-    """
-    _check_option("discretize", method, DISCRETIZATIONS)
-    if int(n_bins) < 2:
-        raise ValueError(f"n_bins must be >= 2, got {n_bins}")
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    codes = np.empty(arr.shape, dtype=np.int64)
-    for j in range(arr.shape[1]):
-        col = arr[:, j]
-        if method == "histogram":
-            edges = np.histogram(col, bins=int(n_bins))[1][:-1]
-            codes[:, j] = np.digitize(col, edges)
-        else:
-            lo, span = col.min(), col.max() - col.min()
-            scaled = (col - lo) / span if span > 0 else np.zeros_like(col)
-            codes[:, j] = np.digitize(scaled, np.linspace(0.0, 1.0, int(n_bins) + 1)[:-1])
-    return codes
-
-
-def mi_matrix(s_codes: np.ndarray, s_card: np.ndarray, z_binned: np.ndarray) -> np.ndarray:
-    """Plug-in MI (nats) between every binned latent and every label-encoded source, shape (n_latents, n_sources).
-
-    Same quantity as ``sklearn.metrics.mutual_info_score(source, latent_bins)``.
-    """
-    z_codes, z_card = label_encode_columns(z_binned)
-    mi = np.zeros((z_codes.shape[1], s_codes.shape[1]))
-    for j in range(z_codes.shape[1]):
-        for k in range(s_codes.shape[1]):
-            mi[j, k] = _mutual_info_discrete(z_codes[:, j], z_card[j], s_codes[:, k], s_card[k])
-    return mi
 
 
 def _encode_sources(s: np.ndarray, n_bins: int, method: str) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +57,7 @@ def mig(sources: Any, latents: Any, *, n_bins: int = 20, discretize: str = "hist
         ``{"mig": float, "per_source": (n_sources,), "mi": (n_latents, n_sources)}``. Single-valued sources
         are skipped with a RuntimeWarning (per-source value 0, excluded from the mean; MIG 0 if none is left).
     """
-    _check_option("discretize", discretize, DISCRETIZATIONS)
+    check_choice("discretize", discretize, DISCRETIZATIONS)
     s, z = checked_inputs(sources, latents)
     if z.shape[1] < 2:
         raise ValueError(f"MIG needs at least 2 latents (a gap between the top two), got {z.shape[1]}")

@@ -16,11 +16,16 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import train_test_split
 from threadpoolctl import threadpool_limits
 
-from disentangle.metrics.infomec import label_encode_columns, warn_skipped
-from disentangle.metrics.mig import checked_inputs, equal_width_bins, mi_matrix
+from disentangle.metrics.common import (
+    checked_inputs,
+    equal_width_bins,
+    label_encode_columns,
+    mi_matrix,
+    split_train_test,
+    warn_skipped,
+)
 
 __all__ = ["explicitness", "modularity", "modularity_from_mi", "split_train_test"]
 
@@ -65,39 +70,6 @@ def modularity(sources: Any, latents: Any, *, n_bins: int = 20) -> dict[str, Any
         return {"modularity": 0.0, "per_latent": np.zeros(z.shape[1]), "mi": mi}
     score, per_latent = modularity_from_mi(mi[:, usable])
     return {"modularity": score, "per_latent": per_latent, "mi": mi}
-
-
-def split_train_test(
-    sources: Any,
-    latents: Any,
-    sources_test: Any | None,
-    latents_test: Any | None,
-    test_size: float,
-    seed: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(train codes, test codes, train latents, test latents, cardinalities) for the supervised metrics.
-
-    With explicit test arrays they are used as given; otherwise (sources, latents) are split by
-    ``train_test_split(test_size, random_state=seed)``. Sources are label-encoded over train ∪ test so the codes
-    agree between the splits.
-    """
-    if (sources_test is None) != (latents_test is None):
-        raise ValueError("give both sources_test and latents_test, or neither")
-    s, z = checked_inputs(sources, latents)
-    if sources_test is None:
-        if s.shape[0] < 4:
-            raise ValueError(f"need at least 4 samples to split into train and test, got {s.shape[0]}")
-        s_tr, s_te, z_tr, z_te = train_test_split(s, z, test_size=test_size, random_state=seed)
-    else:
-        s_te, z_te = checked_inputs(sources_test, latents_test)
-        if s_te.shape[1] != s.shape[1] or z_te.shape[1] != z.shape[1]:
-            raise ValueError(
-                f"train and test column counts differ: sources {s.shape[1]} vs {s_te.shape[1]}, "
-                f"latents {z.shape[1]} vs {z_te.shape[1]}"
-            )
-        s_tr, z_tr = s, z
-    codes, card = label_encode_columns(np.concatenate([s_tr, s_te]))
-    return codes[: len(s_tr)], codes[len(s_tr) :], z_tr, z_te, card
 
 
 def _one_vs_rest_auc(z_tr: np.ndarray, y_tr: np.ndarray, z_te: np.ndarray, y_te: np.ndarray) -> tuple[float, float]:

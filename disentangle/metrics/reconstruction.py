@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from disentangle.metrics.infomec import as_numpy
+from disentangle.metrics.common import as_numpy
 
 __all__ = ["PSNR_CAP_DB", "mse", "mse_per_image", "psnr", "psnr_from_mse", "psnr_per_image"]
 

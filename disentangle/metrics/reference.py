@@ -21,8 +21,9 @@ from sklearn.metrics import log_loss, mutual_info_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import LabelEncoder, StandardScaler
 
+from disentangle.metrics.common import unpenalised_logistic_kwargs
 from disentangle.metrics.dci import DEFAULT_DEPTH_GRID, dci_from_importance
-from disentangle.metrics.infomec import _unpenalised_kwargs, active_latents, infom_infoc
+from disentangle.metrics.infomec import active_latents, infom_infoc
 
 __all__ = ["dci_reference", "infomec_reference"]
 
@@ -33,7 +34,8 @@ def _encode(x: np.ndarray) -> np.ndarray:
 
 def _log_loss_of_fit(features: np.ndarray, y: np.ndarray) -> float:
     model = LogisticRegression(
-        **_unpenalised_kwargs(), solver="lbfgs", max_iter=100, tol=1e-4, fit_intercept=True, class_weight="balanced"
+        **unpenalised_logistic_kwargs(), solver="lbfgs", max_iter=100, tol=1e-4, fit_intercept=True,
+        class_weight="balanced",
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from disentangle.metrics.mig import checked_inputs
+from disentangle.metrics.common import checked_inputs
 
 __all__ = ["check_rotation_inputs", "rotation"]
 

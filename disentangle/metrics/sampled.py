@@ -29,7 +29,8 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from disentangle.metrics.infomec import as_numpy
+from disentangle.checks import check_counts
+from disentangle.metrics.common import as_numpy
 
 __all__ = ["BETAVAE_SOLVER", "FACTORVAE_ACTIVE_STD", "betavae_score", "factorvae_score"]
 
@@ -55,8 +56,7 @@ class _Sampler:
         self.sizes = np.array([int(s) for s in datamodule.factor_sizes], dtype=np.int64)
         if self.sizes.size == 0 or (self.sizes < 1).any():
             raise ValueError(f"data module has invalid factor_sizes {list(self.sizes)}")
-        if int(encode_batch_size) < 1:
-            raise ValueError(f"encode_batch_size must be >= 1, got {encode_batch_size}")
+        check_counts(encode_batch_size=(encode_batch_size, 1))
         self.encode_batch_size = int(encode_batch_size)
         self.rng = np.random.default_rng(seed)
         self.lookup = self._index_lookup()
@@ -148,12 +148,6 @@ class _Sampler:
         return np.flatnonzero(usable)
 
 
-def _check_counts(**counts: int) -> None:
-    for name, (value, low) in counts.items():
-        if int(value) < low:
-            raise ValueError(f"{name} must be >= {low}, got {value}")
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # FactorVAE score
 # ----------------------------------------------------------------------------------------------------------------
@@ -214,7 +208,7 @@ def factorvae_score(
     ``{"factorvae": float, "train_accuracy": float, "n_active": int, "active": (n_latents,) bool,
     "global_variance": (n_latents,)}``. Reported ×100 in the papers.
     """
-    _check_counts(n_train=(n_train, 1), n_eval=(n_eval, 1), batch_size=(batch_size, 2), n_variance=(n_variance, 2))
+    check_counts(n_train=(n_train, 1), n_eval=(n_eval, 1), batch_size=(batch_size, 2), n_variance=(n_variance, 2))
     sampler = _Sampler(datamodule, encode, device, encode_batch_size, seed, "factorvae" if progress else None)
     usable = sampler.usable_factors()
 
@@ -278,7 +272,7 @@ def betavae_score(
     ValueError, as does an ``n_train`` so small that the train labels hold a single factor. Returns
     ``{"betavae": float, "train_accuracy": float}``. Reported ×100 in the papers.
     """
-    _check_counts(n_train=(n_train, 1), n_eval=(n_eval, 1), batch_size=(batch_size, 1))
+    check_counts(n_train=(n_train, 1), n_eval=(n_eval, 1), batch_size=(batch_size, 1))
     sampler = _Sampler(datamodule, encode, device, encode_batch_size, seed, "betavae" if progress else None)
     usable = sampler.usable_factors()
     x_train, y_train = _betavae_points(sampler, int(n_train), int(batch_size), usable, "train")

@@ -13,8 +13,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
-from disentangle.metrics.infomec import warn_skipped
-from disentangle.metrics.modularity import split_train_test
+from disentangle.metrics.common import split_train_test, warn_skipped
 
 __all__ = ["sap"]
 

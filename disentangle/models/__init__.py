@@ -1,6 +1,8 @@
-"""LightningModules: one shared autoencoder; each method is a config of it or a small subclass. The GANs
-(InfoWGAN-GP, QLInfoWGAN-GP) are the second family, sharing its latent modules, networks and evaluation."""
+"""LightningModules. :class:`LatentModel` (``base.py``) holds what every method shares and the model contract the
+rest of the package talks to; :class:`Autoencoder` (every autoencoder method is a config of it or a small
+subclass) and :class:`InfoWGAN` (the GANs: InfoWGAN-GP, QLInfoWGAN-GP) are its two families."""
 from .autoencoder import Autoencoder, NonFiniteLossError, bce_reconstruction
+from .base import EvaluableModel, LatentModel
 from .gan import InfoWGAN
 
-__all__ = ["Autoencoder", "InfoWGAN", "NonFiniteLossError", "bce_reconstruction"]
+__all__ = ["Autoencoder", "EvaluableModel", "InfoWGAN", "LatentModel", "NonFiniteLossError", "bce_reconstruction"]

@@ -1,4 +1,4 @@
-"""The shared autoencoder LightningModule: encoder -> latent module -> decoder, plus regularizers.
+"""The autoencoders: encoder -> latent module -> decoder, plus regularizers, on :class:`~disentangle.models.base.LatentModel`.
 
 AE, QLAE, Tripod, the VAEs (β-VAE, β-TCVAE, FactorVAE), BioAE, VQ-VAE, the FactorQVAE family (QVAE, dVAE and
 their Factor variants) and their ablations are configurations of this one class: they differ only in the latent
@@ -14,19 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from pytorch_lightning.core.optimizer import LightningOptimizer
 from torch import nn
 
 from ..errors import ConfigError, NonFiniteLossError
-from ..quantizers.base import LatentModule, LatentOutput
+from ..quantizers.base import LatentModule
 from ..regularizers.base import Regularizer, StepContext
 from ..regularizers.weight_decay import decay_groups
 from ..schedules import build_scheduler
+from .base import RECONSTRUCTIONS, LatentModel, as_list, step_optimizer, unwrap_optimizer
 
-RECONSTRUCTIONS = ("bce", "bce_sum", "mse")
+__all__ = ["RECONSTRUCTIONS", "Autoencoder", "NonFiniteLossError", "bce_reconstruction", "mse_reconstruction",
+           "summed_bce_reconstruction"]
 
 
 def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -47,29 +47,20 @@ def mse_reconstruction(output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(output, x - 0.5)
 
 
-_RECONSTRUCTION_LOSSES = {"bce": bce_reconstruction, "bce_sum": summed_bce_reconstruction, "mse": mse_reconstruction}
+RECONSTRUCTION_LOSSES = {"bce": bce_reconstruction, "bce_sum": summed_bce_reconstruction, "mse": mse_reconstruction}
 
 
-class Autoencoder(pl.LightningModule):
+class Autoencoder(LatentModel):
     """Autoencoder with a pluggable (deterministic or stochastic) latent module and regularizers.
 
-    Args:
-        arch: {"encoder": factory, "decoder": factory} (Hydra ``_partial_``), completed here with the
-            data's shape; ``latent``: factory of the latent module. ``decoder: None`` (``model.arch.decoder: null``)
-            makes an **encoder-only** model (Cliff's synthetic experiment, spec cliff.md §2.1): no reconstruction
-            term, the loss is the latent module's and the regularizers' terms alone (at least one must be
-            active), ``embed`` returns no reconstruction and ``decode`` refuses.
-        n_latents: number of latent dimensions (default in configs: 2 x number of factors).
-        in_channels, resolution: image shape, taken from the data module.
+    Args (beside :class:`~disentangle.models.base.LatentModel`'s):
+        arch: as for the base; ``decoder: None`` (``model.arch.decoder: null``) makes an **encoder-only** model
+            (Cliff's synthetic experiment, spec cliff.md §2.1): no reconstruction term, the loss is the latent
+            module's and the regularizers' terms alone (at least one must be active), ``embed`` returns no
+            reconstruction and ``decode`` refuses.
         regularizers: name -> Regularizer; those with weight 0 are dropped (not computed).
-        optimizer: lr, betas, eps, weight_decay (AdamW on network weights only), clip_value
-            (element-wise gradient clipping; None/0 disables), clip_undecayed (also clip biases and
-            codebooks; the QLAE authors clip only the decayed group, Tripod's clip everything) and schedule
-            (None = constant lr; {kind: cosine, steps, final_lr, after: hold|periodic}, per step).
         batch_size: the method's paper batch size (read by the data config). With a regularizer that draws its
             negatives from a second batch, each loader batch is split in two halves.
-        tuned: the config's per-dataset value table; the values for the chosen dataset have already
-            been interpolated into the arguments above, so it is only kept for the record.
         dataset_size: number of training images, for estimators that need it (β-TCVAE's minibatch-weighted
             sampling); ``disentangle.run`` passes the data module's, and ``fit`` reads it from the data module
             when it was not given.
@@ -98,30 +89,9 @@ class Autoencoder(pl.LightningModule):
         density_scale: float | str = "per_pixel",
         reconstruction: str = "bce",
     ):
-        super().__init__()
-        self.automatic_optimization = False
-        if int(n_latents) < 1:
-            raise ValueError(f"model.n_latents must be >= 1 (got {n_latents})")
-        if int(batch_size) < 1:
-            raise ValueError(f"model.batch_size must be >= 1 (got {batch_size})")
-        if reconstruction not in RECONSTRUCTIONS:
-            raise ValueError(f"model.reconstruction must be one of {list(RECONSTRUCTIONS)} (got {reconstruction!r})")
-        self.method = name
-        self.n_latents = int(n_latents)
-        self.batch_size = int(batch_size)
-        self.reconstruction = reconstruction
-        self.in_channels, self.resolution = int(in_channels), int(resolution)
-        try:
-            self.latent = latent(n_latents=self.n_latents)
-        except ValueError as exc:
-            raise ValueError(f"model.latent: {exc}") from exc
-        if set(arch) != {"encoder", "decoder"}:
-            raise ValueError(f"model.arch must have exactly 'encoder' and 'decoder' (got {sorted(arch)})")
-        self.encoder = arch["encoder"](in_channels=in_channels, resolution=resolution, out_features=self.latent.in_features)
-        self.decoder = None if arch["decoder"] is None else arch["decoder"](
-            in_features=self.latent.out_features, out_channels=in_channels, resolution=resolution
-        )
-        self.dataset_size = None if dataset_size is None else int(dataset_size)
+        super().__init__(arch, latent, n_latents, in_channels=in_channels, resolution=resolution,
+                         optimizer=optimizer, batch_size=batch_size, name=name, tuned=tuned,
+                         dataset_size=dataset_size, reconstruction=reconstruction)
         self.density_scale = _density_scale(density_scale, self.in_channels * self.resolution**2)
         for key, reg in (regularizers or {}).items():
             if reg is not None and not isinstance(reg, Regularizer):
@@ -152,57 +122,15 @@ class Autoencoder(pl.LightningModule):
                 f"model.batch_size={self.batch_size} must be even: a regularizer takes its negatives from the second "
                 f"half of each batch"
             )
-        self.optim_cfg = _optimizer_config(optimizer or {})
-        self.run_config: dict | None = None  # the composed Hydra config, stored in checkpoints
-
-    # -- forward pieces ----------------------------------------------------------------------------
-    @property
-    def discrete_latents(self) -> bool:
-        return bool(self.latent.discrete)
-
-    @property
-    def has_decoder(self) -> bool:
-        """False for an encoder-only model (``model.arch.decoder: null``)."""
-        return self.decoder is not None
 
     @property
     def adversaries(self) -> list[Regularizer]:
         """Regularizers that train a network of their own against the model, in optimizer order."""
         return [reg for reg in self.regularizers.values() if reg.adversarial]
 
-    def encode(self, x: torch.Tensor) -> LatentOutput:
-        return self.latent(self.encoder(x))
-
-    def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """The decoder's output: logits (``reconstruction="bce"``) or the centred image (``"mse"``)."""
-        if self.decoder is None:
-            raise ValueError("this model is encoder-only (model.arch.decoder is null): there is nothing to decode")
-        return self.decoder(z)
-
-    def to_image(self, output: torch.Tensor) -> torch.Tensor:
-        """Decoder output -> image (in [0, 1] up to an MSE model's overshoot)."""
-        return output + 0.5 if self.reconstruction == "mse" else torch.sigmoid(output)
-
-    @torch.no_grad()
-    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(evaluation representation, reconstructed image); the image is None for an encoder-only model."""
-        out = self.encode(x)
-        if self.decoder is None:
-            return self.latent.representation(out), None
-        return self.latent.representation(out), self.to_image(self.decode(out.z))
-
-    @torch.no_grad()
-    def represent(self, x: torch.Tensor) -> torch.Tensor:
-        """The evaluation representation alone (no decoder pass): what the sampled metrics encode."""
-        return self.latent.representation(self.encode(x))
-
-    def decode_representation(self, representation: torch.Tensor) -> torch.Tensor:
-        """Decoder output for (edited) evaluation representations: mu for a Gaussian, code indices for VQ."""
-        return self.decode(self.latent.decoder_input(representation))
-
     # -- hooks a method may override ---------------------------------------------------------------
     def reconstruction_loss(self, output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return _RECONSTRUCTION_LOSSES[self.reconstruction](output, x)
+        return RECONSTRUCTION_LOSSES[self.reconstruction](output, x)
 
     def extra_terms(self, ctx: StepContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """Method-specific loss terms and their weights (none for AE/QLAE/Tripod)."""
@@ -235,7 +163,8 @@ class Autoencoder(pl.LightningModule):
             terms[name] = value
             weights[name] = self.latent.weights[name] * self._scale(name, self.latent.density_terms)
         ctx = StepContext(x=x, pre=pre, latent=latent, logits=logits, activations=activations,
-                          decoder=self.decoder, dataset_size=self.dataset_size, encode=self.encode)
+                          decoder=self.decoder, dataset_size=self.dataset_size, encode=self.encode,
+                          step=self.global_step)
         for reg in self.regularizers.values():
             for name, value in reg(ctx).items():
                 terms[name] = value
@@ -257,31 +186,17 @@ class Autoencoder(pl.LightningModule):
         if self.split_batch:
             x, x_aux = x.chunk(2)
         terms, weights, ctx = self.step_terms(x)
-        loss = sum(weights[name] * value for name, value in terms.items())
-        if not torch.isfinite(loss):  # one host sync per step; names the culprit only when needed
-            bad = [name for name, value in terms.items() if not torch.isfinite(value)] or ["total"]
-            raise NonFiniteLossError(
-                f"non-finite loss at step {self.global_step}: term '{bad[0]}' = {terms.get(bad[0], loss).item()}"
-            )
-        main = optimizers[0]
-        main.zero_grad(set_to_none=True)
-        if isinstance(main, LightningOptimizer):
-            self.manual_backward(loss)
-            main.step()  # Lightning calls on_before_optimizer_step (clipping) inside
-        else:
-            loss.backward()
-            self.on_before_optimizer_step(main)
-            main.step()
+        loss = self.weighted_total(terms, weights, self.global_step)
+        step_optimizer(self, optimizers[0], loss)
         logs = {name: value.detach() for name, value in terms.items()}
         for reg, optimizer in zip(self.adversaries, optimizers[1:]):
             # the raw optimizer: its step must not count as a global step (Lightning counts wrapped steps)
-            raw = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
-            logs.update(reg.discriminator_step(self, ctx, x_aux, raw))
+            logs.update(reg.discriminator_step(self, ctx, x_aux, unwrap_optimizer(optimizer)))
         return loss.detach(), logs
 
     def setup(self, stage: str) -> None:
-        """Before fitting: take the training set's size from the data module when a regularizer needs it, and
-        refuse what is not supported yet."""
+        """Before fitting: hand the data module to regularizers that draw examples of their own, take the training
+        set's size from it when a regularizer needs it, and refuse what is not supported yet."""
         if stage != "fit":
             return
         if self.adversaries and self.trainer.world_size > 1:
@@ -290,15 +205,7 @@ class Autoencoder(pl.LightningModule):
                 "its discriminator's gradients would not be averaged across processes; use trainer.devices=1"
             )
         datamodule = getattr(self.trainer, "datamodule", None)
-        for key, reg in self.regularizers.items():
-            if reg.needs_data:
-                if datamodule is None:
-                    raise ConfigError(f"model.regularizers.{key} draws labelled examples from the data module, and "
-                                      f"the trainer has none")
-                try:
-                    reg.attach_data(datamodule)
-                except ValueError as exc:
-                    raise ConfigError(f"model.regularizers.{key}: {exc}") from exc
+        self.attach_data(datamodule)
         needs = [key for key, reg in self.regularizers.items()
                  if reg.needs_dataset_size and getattr(reg, "dataset_size", None) is None]
         if not needs or self.dataset_size is not None:
@@ -311,15 +218,11 @@ class Autoencoder(pl.LightningModule):
             )
         self.dataset_size = int(size)
 
-    def on_train_batch_start(self, batch, batch_idx: int) -> None:
-        self.latent.schedule(self.global_step)
-
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        loss, logs = self.optimization_step(batch[0], _as_list(self.optimizers()))
-        for scheduler in _as_list(self.lr_schedulers()):
+        loss, logs = self.optimization_step(batch[0], as_list(self.optimizers()))
+        for scheduler in as_list(self.lr_schedulers()):
             scheduler.step()
-        self.log("train/loss", loss, prog_bar=True)
-        self.log_dict({f"train/{name}": value for name, value in logs.items()})
+        self.log_terms(loss, logs)
         return loss
 
     # -- optimisation ------------------------------------------------------------------------------
@@ -347,25 +250,6 @@ class Autoencoder(pl.LightningModule):
             return main
         return optimizers, schedulers
 
-    def on_before_optimizer_step(self, optimizer) -> None:
-        clip = self.optim_cfg["clip_value"]
-        if not clip:
-            return
-        for group in optimizer.param_groups:
-            if group.get("name") == "decayed" or self.optim_cfg["clip_undecayed"]:
-                torch.nn.utils.clip_grad_value_(group["params"], clip)
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        if self.run_config is not None:
-            checkpoint["disentangle_config"] = self.run_config
-        checkpoint["disentangle_shape"] = {"in_channels": self.in_channels, "resolution": self.resolution}
-
-
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
 
 def _density_scale(value: float | str, pixels: int) -> float:
     if value == "per_pixel":
@@ -377,27 +261,3 @@ def _density_scale(value: float | str, pixels: int) -> float:
     if not scale > 0:
         raise ValueError(f"model.density_scale must be 'per_pixel' or a number > 0 (got {value!r})")
     return scale
-
-
-def _optimizer_config(cfg: Mapping) -> dict:
-    out = {
-        "lr": float(cfg.get("lr", 1e-3)),
-        "betas": tuple(float(b) for b in cfg.get("betas", (0.9, 0.99))),
-        "eps": float(cfg.get("eps", 1e-8)),
-        "weight_decay": float(cfg.get("weight_decay", 0.0)),
-        "clip_value": float(cfg.get("clip_value") or 0.0),
-        "clip_undecayed": bool(cfg.get("clip_undecayed", False)),
-        "schedule": dict(cfg["schedule"]) if cfg.get("schedule") else None,
-    }
-    if not out["lr"] > 0:
-        raise ValueError(f"model.optimizer.lr must be > 0 (got {out['lr']})")
-    if not out["weight_decay"] >= 0:
-        raise ValueError(f"model.optimizer.weight_decay must be >= 0 (got {out['weight_decay']})")
-    if not out["clip_value"] >= 0:
-        raise ValueError(f"model.optimizer.clip_value must be >= 0 (got {out['clip_value']})")
-    if len(out["betas"]) != 2 or not all(0 <= b < 1 for b in out["betas"]):
-        raise ValueError(f"model.optimizer.betas must be two numbers in [0, 1) (got {list(out['betas'])})")
-    if out["schedule"] is not None:  # fail before training, not at configure_optimizers
-        build_scheduler(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=out["lr"]), out["schedule"],
-                        "model.optimizer.schedule")
-    return out

@@ -23,31 +23,21 @@ restore, so a resumed run continues the schedule exactly; both optimizers' state
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 
-import numpy as np
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from pytorch_lightning.core.optimizer import LightningOptimizer
 from torch import nn
 
-from ..callbacks.figures import _figure, _save, _tile
-from ..errors import ConfigError, NonFiniteLossError
+from ..errors import ConfigError
 from ..nn.critic import CriticHead, trunk_width
 from ..quantizers.base import LatentModule, LatentOutput
-from ..quantizers.continuous import ContinuousLatent
-from ..quantizers.latent_quantizer import LatentQuantizer
 from ..regularizers.weight_decay import decay_groups
-from .autoencoder import Autoencoder, _as_list, _optimizer_config
+from .base import LatentModel, as_list, step_optimizer
 
-log = logging.getLogger(__name__)
-
-__all__ = ["InfoWGAN", "gradient_penalty", "interpolate", "latent_reconstruction", "penalty_from_gradients",
-           "sample_prior"]
+__all__ = ["INTERVENTION_BASES", "InfoWGAN", "frozen", "gradient_penalty", "interpolate", "latent_reconstruction",
+           "penalty_from_gradients", "sample_prior"]
 
 
 INTERVENTION_BASES = ("prior", "data")  # where interventions.png starts (InfoWGAN's intervene_on)
@@ -84,56 +74,13 @@ def latent_reconstruction(z_hat: torch.Tensor, z_target: torch.Tensor) -> torch.
     return F.mse_loss(z_hat, z_target)
 
 
-def _prior(latent: LatentModule) -> str:
-    """Which prior ``latent`` has: ``"own"`` (it defines ``sample_prior(n, device)``), ``"codebook"``, ``"uniform"``;
-    ValueError naming the module when it has none."""
-    if callable(getattr(latent, "sample_prior", None)):
-        return "own"
-    if isinstance(latent, LatentQuantizer):
-        return "codebook"
-    if type(latent) is ContinuousLatent:
-        return "uniform"
-    raise ValueError(
-        f"{type(latent).__name__} has no prior to sample z_fake from; the GANs take model/latent=latent_quantizer "
-        f"(QLInfoWGAN-GP) or continuous (InfoWGAN-GP)"
-    )
-
-
 def sample_prior(latent: LatentModule, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """n draws of z_fake from the latent module's prior (spec §3.1, §3.4):
-
-    * :class:`LatentQuantizer`: each dimension j independently takes a uniformly chosen value of its codebook V_j
-      (uniform over the n_v^{n_z} grid); a gather, so V receives gradients through the sample (authors' code);
-      drawn on the codebook's device;
-    * :class:`ContinuousLatent`: U[0, 1]^{n_z}.
-
-    A latent module may define ``sample_prior(n, device)`` of its own, which is used instead. ValueError for a
-    module without a prior."""
-    kind = _prior(latent)
-    if kind == "own":
-        return latent.sample_prior(n, device)
-    if kind == "codebook":
-        book = latent.codebook()  # (n_z, n_v), differentiable in V
-        indices = torch.randint(0, latent.n_values, (n, latent.n_latents), device=book.device)
-        return torch.gather(book.unsqueeze(0).expand(n, -1, -1), 2, indices.unsqueeze(-1)).squeeze(-1)
-    return torch.rand(n, latent.n_latents, device=device)
-
-
-def samples_grid(images, path: str | Path, title: str = "generated samples") -> Path:
-    """Save (n, C, H, W) images in [0, 1] as a near-square grid (row-major) with ``title``; returns the path."""
-    n = len(images)
-    cols = max(1, round(n**0.5))
-    rows = -(-n // cols)
-    padded = np.ones((rows * cols, *images.shape[1:]), dtype=np.float32)  # blank tiles fill the last row
-    padded[:n] = images
-    fig = _figure(max(3.0, 0.7 * cols + 0.5), max(3.0, 0.7 * rows + 0.8))
-    ax = fig.add_subplot()
-    ax.imshow(_tile(padded.reshape(rows, cols, *images.shape[1:])), interpolation="nearest")
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.set_title(title, fontsize=9)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return _save(fig, path)
+    """n draws of z_fake from the latent module's prior (spec §3.1, §3.4): :meth:`LatentModule.sample_prior`, i.e.
+    for :class:`~disentangle.quantizers.LatentQuantizer` each dimension j independently takes a uniformly chosen
+    value of its codebook V_j (uniform over the n_v^{n_z} grid; a gather, so V receives gradients through the
+    sample, as in the authors' code), for :class:`~disentangle.quantizers.ContinuousLatent` U[0, 1]^{n_z}.
+    ValueError (one line) for a module without a prior."""
+    return latent.sample_prior(n, device)
 
 
 @contextmanager
@@ -149,7 +96,7 @@ def frozen(*modules: nn.Module) -> Iterator[None]:
             p.requires_grad_(True)
 
 
-class InfoWGAN(pl.LightningModule):
+class InfoWGAN(LatentModel):
     """InfoWGAN-GP / QLInfoWGAN-GP (spec qlae.md §4.7, Alg. 3): a generator whose latent is recovered by an encoder
     sharing its trunk with a Wasserstein critic; which one is decided by the latent module.
 
@@ -168,12 +115,14 @@ class InfoWGAN(pl.LightningModule):
             λ_latent = 0 is a plain WGAN-GP. The quantize/commit weights are the latent module's (0.01 each).
         tuned: the config's per-dataset table, kept for the record (values are already interpolated).
         dataset_size: accepted for the shared constructor call; unused.
-        n_samples_figure: generated images in ``samples.png``, written to the run directory at the end of training
-            from fixed prior draws (seed 0, the same for every run); 0 = none.
+        n_samples_figure: generated images in ``samples.png``, which the evaluation callback writes with the final
+            evaluation from fixed prior draws (seed 0, the same for every run); 0 = none.
         intervene_on: where ``interventions.png`` starts its latent sweeps: ``"prior"`` (the authors' code, spec
             qlae.md §9.1 item 6: a fixed prior draw, seed 0) or ``"data"`` (the first evaluation image's encoded
             latent, as for the autoencoders).
     """
+
+    requires_decoder = True  # the decoder is the generator
 
     def __init__(
         self,
@@ -194,47 +143,24 @@ class InfoWGAN(pl.LightningModule):
         n_samples_figure: int = 64,
         intervene_on: str = "prior",
     ):
-        super().__init__()
-        self.automatic_optimization = False
-        if int(n_latents) < 1:
-            raise ValueError(f"model.n_latents must be >= 1 (got {n_latents})")
-        if int(batch_size) < 1:
-            raise ValueError(f"model.batch_size must be >= 1 (got {batch_size})")
         if isinstance(n_critic, bool) or int(n_critic) != n_critic or int(n_critic) < 1:
             raise ValueError(f"model.n_critic must be an integer >= 1 (got {n_critic})")
-        self.loss_weights = {}
+        loss_weights = {}
         for key, value in (("value_weight", value_weight), ("gradient_penalty_weight", gradient_penalty_weight),
                            ("latent_weight", latent_weight)):
             if not float(value) >= 0:  # also rejects NaN
                 raise ValueError(f"model.{key} must be a number >= 0 (got {value})")
-            self.loss_weights[key.removesuffix("_weight")] = float(value)
-        self.method = name
-        self.n_latents = int(n_latents)
-        self.batch_size = int(batch_size)
+            loss_weights[key.removesuffix("_weight")] = float(value)
+        # the generator outputs logits; image = sigmoid (spec §4.7)
+        super().__init__(arch, latent, n_latents, in_channels=in_channels, resolution=resolution,
+                         optimizer=optimizer, batch_size=batch_size, name=name, tuned=tuned,
+                         dataset_size=dataset_size, reconstruction="bce")
+        self.loss_weights = loss_weights
         self.n_critic = int(n_critic)
-        self.in_channels, self.resolution = int(in_channels), int(resolution)
-        self.dataset_size = None if dataset_size is None else int(dataset_size)
-        self.reconstruction = "bce"  # the generator outputs logits; image = sigmoid (spec §4.7)
-        try:
-            self.latent = latent(n_latents=self.n_latents)
-            _prior(self.latent)  # fail now for a latent module without a prior
-        except ValueError as exc:
-            raise ValueError(f"model.latent: {exc}") from exc
-        if set(arch) != {"encoder", "decoder"}:
-            raise ValueError(f"model.arch must have exactly 'encoder' and 'decoder' (got {sorted(arch)})")
-        if arch["decoder"] is None:
-            raise ValueError("model.arch.decoder is null: the GANs need one, it is the generator")
-        self.encoder = arch["encoder"](in_channels=in_channels, resolution=resolution,
-                                       out_features=self.latent.in_features)
-        self.decoder = arch["decoder"](in_features=self.latent.out_features, out_channels=in_channels,
-                                       resolution=resolution)
         try:
             self.critic = CriticHead(trunk_width(self.encoder))
         except ValueError as exc:
             raise ValueError(f"model.arch.encoder: {exc}") from exc
-        self.regularizers = nn.ModuleDict()  # none: code that walks a model's regularizers finds an empty dict
-        self.split_batch = False
-        self.optim_cfg = _optimizer_config(optimizer or {})
         if self.optim_cfg["schedule"] is not None:
             raise ValueError("model.optimizer.schedule is not supported by the GANs (constant lr, spec qlae.md §5.3)")
         if isinstance(n_samples_figure, bool) or int(n_samples_figure) != n_samples_figure or n_samples_figure < 0:
@@ -243,29 +169,28 @@ class InfoWGAN(pl.LightningModule):
         if intervene_on not in INTERVENTION_BASES:
             raise ValueError(f"model.intervene_on must be one of {list(INTERVENTION_BASES)} (got {intervene_on!r})")
         self.intervene_on = intervene_on
-        self.run_config: dict | None = None  # the composed Hydra config, stored in checkpoints
         self._plain_iterations = 0  # the schedule's counter when stepped without a Trainer (benchmarks)
 
-    # -- the evaluation interface (the callback's contract, shared with the autoencoders) ------------------
-    discrete_latents = Autoencoder.discrete_latents
-    encode = Autoencoder.encode
-    decode = Autoencoder.decode
-    to_image = Autoencoder.to_image
-    represent = Autoencoder.represent
-    decode_representation = Autoencoder.decode_representation
+    def check_latent(self, latent: LatentModule) -> None:
+        if not latent.has_prior:  # fail now for a latent module without a prior
+            latent.sample_prior(1)
 
+    # -- the model contract (what differs from the autoencoders) -------------------------------------------
     @property
     def generator(self) -> nn.Module:
         """The generator G (the configured decoder; spec §2.3)."""
         return self.decoder
+
+    @property
+    def can_sample(self) -> bool:
+        return True
 
     @torch.no_grad()
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(representation, "reconstruction") of real images: the representation is the encoder's latent of x
         (quantized for QLInfoWGAN-GP, raw for InfoWGAN-GP; spec §8.1); the reconstruction is sigmoid(G(ẑ(x))),
         the generator applied to the encoder's latent, which is what the paper's GAN PSNR measures (spec §8.7)."""
-        out = self.encode(x)
-        return self.latent.representation(out), self.to_image(self.decode(out.z))
+        return super().embed(x)
 
     @torch.no_grad()
     def prior_draws(self, n: int, seed: int | None = None) -> torch.Tensor:
@@ -282,6 +207,10 @@ class InfoWGAN(pl.LightningModule):
         """n generated images sigmoid(G(z_fake)) from prior samples, in [0, 1]; ``seed`` fixes the draws without
         touching the global random state."""
         return self.to_image(self.decode(self.prior_draws(n, seed)))
+
+    @property
+    def intervention_start(self) -> str:
+        return "a fixed prior draw" if self.intervene_on == "prior" else "the first evaluation image"
 
     @torch.no_grad()
     def intervention_base(self, x: torch.Tensor) -> torch.Tensor:
@@ -355,43 +284,18 @@ class InfoWGAN(pl.LightningModule):
             self._plain_iterations += 1
         critic_opt, generator_opt = optimizers
         terms, weights = self.critic_terms(x)
-        loss = self._total(terms, weights, iteration, "encoder/critic")
-        self._update(critic_opt, loss, wrapped=True)
+        loss = self.weighted_total(terms, weights, iteration, "encoder/critic")
+        step_optimizer(self, critic_opt, loss)
         logs = {name: value.detach() for name, value in terms.items()}
         logs["wasserstein"] = -logs["value"]  # the critic's estimate of W(p_real, p_fake)
         if (iteration + 1) % self.n_critic == 0:
             with frozen(self.encoder, self.critic):
                 g_terms, g_weights = self.generator_terms(x.shape[0])
-                g_loss = self._total(g_terms, g_weights, iteration, "generator")
-                self._update(generator_opt, g_loss, wrapped=False)
+                g_loss = self.weighted_total(g_terms, g_weights, iteration, "generator")
+                step_optimizer(self, generator_opt, g_loss, counted=False)
             logs["generator/loss"] = g_loss.detach()
             logs.update({f"generator/{name}": value.detach() for name, value in g_terms.items()})
         return loss.detach(), logs
-
-    def _total(self, terms: dict[str, torch.Tensor], weights: dict[str, float], step: int, update: str
-               ) -> torch.Tensor:
-        loss = sum(weights[name] * value for name, value in terms.items())
-        if not torch.isfinite(loss):  # one host sync per update; names the culprit only when needed
-            bad = [name for name, value in terms.items() if not torch.isfinite(value)] or ["total"]
-            raise NonFiniteLossError(f"non-finite loss at step {step}: term '{bad[0]}' = "
-                                     f"{terms.get(bad[0], loss).item()} ({update} update)")
-        return loss
-
-    def _update(self, optimizer, loss: torch.Tensor, wrapped: bool) -> None:
-        """zero_grad, backward, clip (``on_before_optimizer_step``), step. ``wrapped``: a Lightning optimizer steps
-        through Lightning (counted as a global step, clipping inside); otherwise the raw optimizer steps."""
-        lightning = isinstance(optimizer, LightningOptimizer)
-        raw = optimizer.optimizer if lightning else optimizer
-        raw.zero_grad(set_to_none=True)
-        if lightning:
-            self.manual_backward(loss)
-        else:
-            loss.backward()
-        if lightning and wrapped:
-            optimizer.step()  # Lightning calls on_before_optimizer_step (clipping) inside
-        else:
-            self.on_before_optimizer_step(raw)
-            raw.step()
 
     # -- Lightning hooks -----------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -405,28 +309,9 @@ class InfoWGAN(pl.LightningModule):
             raise ConfigError(f"trainer.precision={self.trainer.precision} is not supported by the GANs: the "
                               f"generator update bypasses the loss scaler; use 32-true or bf16-mixed")
 
-    def on_train_batch_start(self, batch, batch_idx: int) -> None:
-        self.latent.schedule(self.global_step)
-
-    def on_train_end(self) -> None:
-        """``samples.png`` in the run directory (next to the evaluation's figures), on global rank 0."""
-        output_dir = ((self.run_config or {}).get("paths") or {}).get("output_dir")
-        if not self.n_samples_figure or not output_dir or not self.trainer.is_global_zero:
-            return
-        was_training = self.training
-        self.eval()
-        try:
-            images = self.sample(self.n_samples_figure, seed=0).float().cpu().numpy()
-        finally:
-            self.train(was_training)
-        path = samples_grid(images, Path(output_dir) / "samples.png", title=f"{self.method}: generated samples "
-                            f"(step {self.global_step})")
-        log.info("generated samples: %s", path)
-
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        loss, logs = self.optimization_step(batch[0], _as_list(self.optimizers()), iteration=self.global_step)
-        self.log("train/loss", loss, prog_bar=True)
-        self.log_dict({f"train/{name}": value for name, value in logs.items()})
+        loss, logs = self.optimization_step(batch[0], as_list(self.optimizers()), iteration=self.global_step)
+        self.log_terms(loss, logs)
         return loss
 
     def configure_optimizers(self):
@@ -439,6 +324,3 @@ class InfoWGAN(pl.LightningModule):
         generator = decay_groups({"decoder": self.decoder, "latent": self.latent}, cfg["weight_decay"],
                                  exempt=[self.latent])
         return [torch.optim.AdamW(critic, **kwargs), torch.optim.AdamW(generator, **kwargs)], []
-
-    on_before_optimizer_step = Autoencoder.on_before_optimizer_step  # element-wise clipping of the decayed group
-    on_save_checkpoint = Autoencoder.on_save_checkpoint  # the composed config and the image shape

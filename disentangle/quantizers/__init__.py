@@ -1,6 +1,6 @@
 """Latent modules: each maps a pre-latent to a LatentOutput (decoder input, codes, its own loss terms, and for
 stochastic latents the distribution's parameters)."""
-from .base import LatentModule, LatentOutput
+from .base import LatentModule, LatentOutput, LatentSpec, straight_through
 from .categorical import CategoricalLatent, factor_bins, gumbel_scale
 from .continuous import ContinuousLatent
 from .fixed_grid import FixedGridQuantizer
@@ -18,6 +18,7 @@ __all__ = [
     "LatentModule",
     "LatentOutput",
     "LatentQuantizer",
+    "LatentSpec",
     "VectorQuantizer",
     "categorical_kl_uniform",
     "factor_bins",
@@ -25,4 +26,5 @@ __all__ = [
     "gaussian_log_density",
     "gumbel_scale",
     "relaxed_one_hot",
+    "straight_through",
 ]

@@ -7,10 +7,15 @@ eval mode), and exposes its distribution's parameters to regularizers through ``
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+# check_int is re-exported: the latent modules and regularizers import it (and check_weight) from here.
+from ..checks import check_int, check_nonnegative  # noqa: F401
 
 
 @dataclass
@@ -39,6 +44,42 @@ class LatentOutput:
     sample: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class LatentSpec:
+    """What a latent module is, in the terms the rest of the package asks about (regularizers when they are
+    attached, the evaluation when it chooses estimators and draws figures). A model hands this out instead of
+    its latent module, so nobody needs to probe the module's attributes.
+
+    module:          the latent module's class name (for messages).
+    n_latents:       width of the evaluation representation.
+    in_features:     how many numbers the encoder outputs for it.
+    out_features:    how many numbers the decoder receives.
+    distribution:    the family of q(z|x) (``"gaussian"``, ``"categorical"``), None for a deterministic latent.
+    sample_features: width of ``LatentOutput.sample``, None when nothing is sampled.
+    discrete:        the metrics treat the representation as discrete (plug-in MI) rather than continuous (KSG).
+    categorical:     its values are unordered category labels (VQ code indices): InfoE uses one-hot features,
+                     interventions step through the codes in use.
+    n_categories:    categories per latent of a categorical distribution, else None.
+    loss_terms:      names of the module's own loss terms (e.g. ``("kl",)``).
+    has_prior:       :meth:`LatentModule.sample_prior` draws from a prior (what a generator is fed).
+    straight_through: :meth:`LatentModule.relaxation` can switch the module to noise-free soft or hard codes
+                     (the straight-through-gap model selection).
+    """
+
+    module: str
+    n_latents: int
+    in_features: int
+    out_features: int
+    distribution: str | None
+    sample_features: int | None
+    discrete: bool
+    categorical: bool
+    n_categories: int | None
+    loss_terms: tuple[str, ...]
+    has_prior: bool
+    straight_through: bool
+
+
 class LatentModule(nn.Module):
     """Base class: maps the encoder's pre-latent (B, in_features) to a :class:`LatentOutput`.
 
@@ -53,6 +94,9 @@ class LatentModule(nn.Module):
             ``auto`` features are one-hot for it, and interventions step through the codes in use instead of
             interpolating between labels.
 
+        has_prior: it implements :meth:`sample_prior` (the GANs' z_fake).
+        straight_through: it implements :meth:`relaxation`.
+
     ``weights`` maps each auxiliary loss name to its weight.
     """
 
@@ -60,6 +104,8 @@ class LatentModule(nn.Module):
     distribution: str | None = None
     density_terms: frozenset[str] = frozenset()
     categorical: bool = False
+    has_prior: bool = False
+    straight_through: bool = False
 
     def __init__(self, n_latents: int):
         super().__init__()
@@ -99,6 +145,30 @@ class LatentModule(nn.Module):
         """A categorical latent's codes in the order an intervention steps through them (as given by default)."""
         return codes
 
+    def spec(self) -> LatentSpec:
+        """This module described as a :class:`LatentSpec`."""
+        return LatentSpec(
+            module=type(self).__name__, n_latents=self.n_latents, in_features=self.in_features, out_features=self.out_features,
+            distribution=self.distribution, sample_features=self.sample_features, discrete=bool(self.discrete),
+            categorical=bool(self.categorical), n_categories=getattr(self, "n_categories", None),
+            loss_terms=tuple(self.weights), has_prior=self.has_prior, straight_through=self.straight_through,
+        )
+
+    def sample_prior(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """n draws from the latent's prior, (n, out_features): what a generator is fed. Only modules with
+        ``has_prior``; the others raise one ValueError line."""
+        raise ValueError(
+            f"{type(self).__name__} has no prior to sample z_fake from; the GANs take model/latent=latent_quantizer "
+            f"(QLInfoWGAN-GP) or continuous (InfoWGAN-GP)"
+        )
+
+    @contextmanager
+    def relaxation(self, hard: bool) -> Iterator[None]:
+        """Inside the block the module's training-mode forward is noise-free and soft (``hard=False``) or
+        straight-through one-hot (``hard=True``); only modules with ``straight_through``."""
+        raise ValueError(f"{type(self).__name__} has no straight-through relaxation (a categorical latent has)")
+        yield  # pragma: no cover
+
 
 def straight_through(continuous: torch.Tensor, quantized: torch.Tensor) -> torch.Tensor:
     """Forward value exactly ``quantized``, gradient copied unchanged to ``continuous`` (Bengio et al. 2013;
@@ -107,14 +177,5 @@ def straight_through(continuous: torch.Tensor, quantized: torch.Tensor) -> torch
     return quantized.detach() + (continuous - continuous.detach())
 
 
-def check_weight(name: str, value: float) -> float:
-    value = float(value)
-    if not value >= 0:  # also rejects NaN
-        raise ValueError(f"{name} must be a non-negative number (got {value})")
-    return value
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or int(value) != value or int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum} (got {value})")
-    return int(value)
+# The latent modules' (and regularizers') argument checks, under their historical names here.
+check_weight = check_nonnegative

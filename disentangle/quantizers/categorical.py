@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +58,7 @@ class CategoricalLatent(LatentModule):
     discrete = False
     distribution = "categorical"
     density_terms = frozenset({"kl"})
+    straight_through = True
 
     def __init__(self, n_latents: int, n_categories: int = 64, beta: float = 1.0, low: float = -1.0,
                  high: float = 1.0, temperature: float = 1.0, initial_scale: float = 0.5, final_scale: float = 2.0,
@@ -106,3 +109,13 @@ class CategoricalLatent(LatentModule):
 
     def representation(self, out: LatentOutput) -> torch.Tensor:
         return torch.softmax(out.params["logits"], dim=-1) @ self.values
+
+    @contextmanager
+    def relaxation(self, hard: bool) -> Iterator[None]:
+        """Noise scale 0 and soft (y = softmax(l)) or straight-through one-hot codes inside the block (§7)."""
+        saved = (self.noise_scale, self.hard)
+        self.noise_scale, self.hard = 0.0, bool(hard)
+        try:
+            yield
+        finally:
+            self.noise_scale, self.hard = saved

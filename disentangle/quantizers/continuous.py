@@ -7,9 +7,14 @@ from .base import LatentModule, LatentOutput
 
 
 class ContinuousLatent(LatentModule):
-    """Identity latent module; evaluation treats the latents as continuous."""
+    """Identity latent module; evaluation treats the latents as continuous. Its prior (InfoWGAN-GP's z_fake) is
+    U[0, 1]^{n_z} (spec qlae.md §3.4)."""
 
     discrete = False
+    has_prior = True
+
+    def sample_prior(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.rand(n, self.n_latents, device=device)
 
     def forward(self, pre: torch.Tensor) -> LatentOutput:
         return LatentOutput(z=pre, z_continuous=pre)

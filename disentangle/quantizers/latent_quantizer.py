@@ -24,6 +24,7 @@ class LatentQuantizer(LatentModule):
     """
 
     discrete = True
+    has_prior = True  # uniform over the n_values^{n_z} grid of codebook values (QLInfoWGAN-GP, spec qlae.md §3.1)
 
     def __init__(
         self,
@@ -59,6 +60,13 @@ class LatentQuantizer(LatentModule):
     def codebook(self) -> torch.Tensor:
         """(n_latents, n_values) view of the codebook, expanded when it is shared."""
         return self.values.expand(self.n_latents, -1)
+
+    def sample_prior(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Each dimension j independently takes a uniformly chosen value of its codebook V_j (spec qlae.md §3.1); a
+        gather, so V receives gradients through the sample (authors' code). Drawn on the codebook's device."""
+        book = self.codebook()  # (n_z, n_v), differentiable in V
+        indices = torch.randint(0, self.n_values, (n, self.n_latents), device=book.device)
+        return torch.gather(book.unsqueeze(0).expand(n, -1, -1), 2, indices.unsqueeze(-1)).squeeze(-1)
 
     def quantize(self, z_c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Nearest codebook value per dimension: returns (z_q, indices); z_q is differentiable in the codebook."""

@@ -3,11 +3,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from ..quantizers.base import LatentOutput, check_weight
+from ..quantizers.base import LatentOutput, LatentSpec, check_weight
+
+
+class RegularizedModel(Protocol):
+    """What a regularizer may ask of the model it is attached to (``bind``, ``discriminator_step``,
+    ``validation_score``): no other member, so any :class:`~disentangle.models.base.LatentModel` works."""
+
+    n_latents: int
+    decoder: nn.Module | None  # the decoder network (finite-difference penalties look up its layers)
+
+    @property
+    def latent_spec(self) -> LatentSpec: ...
+    def encode(self, x: torch.Tensor) -> LatentOutput: ...
+    def represent(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass
@@ -22,6 +36,7 @@ class StepContext:
     decoder: Callable | None = None      # the decoder module (for finite-difference penalties)
     dataset_size: int | None = None      # number of training images (minibatch-weighted estimators)
     encode: Callable | None = None       # the model's encoder + latent module (for a second, labelled batch)
+    step: int = 0                        # the global step (optimizer updates so far; exact after a resume)
 
 
 class Regularizer(nn.Module):
@@ -41,6 +56,8 @@ class Regularizer(nn.Module):
             which the model calls before training (and which raises ValueError in one line on bad settings).
         density_terms: names of its terms measured in nats per image (rescaled like a KL, see
             ``Autoencoder(density_scale=...)``).
+        validates_on_labels: it holds labelled examples back and implements ``validation_score(model) -> float``
+            (the ``labels`` model-selection rule).
     """
 
     needs_activations: tuple[str, ...] = ()
@@ -51,25 +68,27 @@ class Regularizer(nn.Module):
     adversarial: bool = False
     uses_second_batch: bool = False
     needs_data: bool = False
+    validates_on_labels: bool = False
 
     def __init__(self, weight: float):
         super().__init__()
         self.weight = check_weight(f"{type(self).__name__}.weight", weight)
         self.term_weights: dict[str, float] = {}
 
-    def bind(self, model) -> None:
+    def bind(self, model: RegularizedModel) -> None:
         """Check the model before training (raise ValueError in one line if this regularizer cannot work on it)
         and resolve model-dependent settings."""
+        spec = model.latent_spec
         wanted = self.requires_distribution
-        if wanted is not None and getattr(model.latent, "distribution", None) != wanted:
+        if wanted is not None and spec.distribution != wanted:
             raise ValueError(
                 f"{type(self).__name__} needs a {wanted} latent distribution, but the latent module is "
-                f"{type(model.latent).__name__} ({model.latent.distribution or 'deterministic'}); use a model "
+                f"{spec.module} ({spec.distribution or 'deterministic'}); use a model "
                 f"with one or swap the latent with model/latent={wanted}"
             )
-        if self.requires_sample and model.latent.sample_features is None:
+        if self.requires_sample and spec.sample_features is None:
             raise ValueError(
-                f"{type(self).__name__} needs a sampled latent, but {type(model.latent).__name__} is deterministic; "
+                f"{type(self).__name__} needs a sampled latent, but {spec.module} is deterministic; "
                 f"use a stochastic latent (model/latent=gaussian or model/latent=gumbel_quantizer)"
             )
 

@@ -123,9 +123,10 @@ def cliff_terms(z: torch.Tensor, *, sigma: float = 0.1, grid=(-5.0, 5.0, 100), n
 
 def representation_width(model, on: str) -> int:
     """Width of the latent that :func:`select_representation` reads from ``model`` (checked at bind time)."""
-    if on == "mean" and getattr(model.latent, "distribution", None) == "gaussian":
+    spec = model.latent_spec
+    if on == "mean" and spec.distribution == "gaussian":
         return int(model.n_latents)
-    return int(model.latent.out_features)
+    return int(spec.out_features)
 
 
 def select_representation(ctx: StepContext, on: str) -> torch.Tensor:
@@ -146,8 +147,8 @@ def bind_representation(reg: Regularizer, model, on: str, minimum_width: int, wh
     """Bind-time checks shared by the support regularizers: a sampled latent for ``on=sample``, and enough
     latent dimensions. Returns the width."""
     name = type(reg).__name__
-    if on == "sample" and getattr(model.latent, "distribution", None) is None:
-        raise ValueError(f"{name} on=sample needs a stochastic latent, but {type(model.latent).__name__} is "
+    if on == "sample" and model.latent_spec.distribution is None:
+        raise ValueError(f"{name} on=sample needs a stochastic latent, but {model.latent_spec.module} is "
                          f"deterministic; use on=mean or on=z")
     width = representation_width(model, on)
     if width < minimum_width:

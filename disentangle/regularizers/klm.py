@@ -48,11 +48,12 @@ class KernelMultiInformation(Regularizer):
 
     def bind(self, model) -> None:
         super().bind(model)
-        if self.bandwidth_from == "pre" and model.latent.in_features != model.latent.out_features:
+        spec = model.latent_spec
+        if self.bandwidth_from == "pre" and spec.in_features != spec.out_features:
             raise ValueError(
                 f"KLM bandwidth_from='pre' needs the encoder output to have the latent's width; "
-                f"{type(model.latent).__name__} maps {model.latent.in_features} outputs to "
-                f"{model.latent.out_features} latents: use bandwidth_from=continuous"
+                f"{spec.module} maps {spec.in_features} outputs to "
+                f"{spec.out_features} latents: use bandwidth_from=continuous"
             )
 
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:

@@ -46,6 +46,7 @@ class LabelSupervision(Regularizer):
     """
 
     needs_data = True
+    validates_on_labels = True  # validation_score: MIG on the held-out labelled examples
 
     def __init__(self, weight: float, n_labels: int = 1000, train_fraction: float = 0.9, loss: str = "auto",
                  batch_size: int = 64, label_seed: int = 0):
@@ -67,16 +68,17 @@ class LabelSupervision(Regularizer):
 
     def bind(self, model) -> None:
         super().bind(model)
-        categorical = getattr(model.latent, "distribution", None) == "categorical"
+        spec = model.latent_spec
+        categorical = spec.distribution == "categorical"
         if self.loss_kind == "auto":
             self.loss_kind = "binned_ce" if categorical else "bce"
         wanted = "categorical" if self.loss_kind == "binned_ce" else "gaussian"
-        have = getattr(model.latent, "distribution", None)
+        have = spec.distribution
         if have != wanted:
             raise ValueError(f"loss={self.loss_kind} supervises a {wanted} latent, but the model's latent is "
                              f"{have or 'deterministic'}; use loss=auto")
         self.n_latents = model.n_latents
-        self.n_categories = getattr(model.latent, "n_categories", None)
+        self.n_categories = spec.n_categories
 
     def attach_data(self, datamodule) -> None:
         """Draw the labelled examples from ``datamodule`` (one-line ValueError when they cannot be)."""

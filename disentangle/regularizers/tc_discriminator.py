@@ -102,8 +102,9 @@ class AdversarialTotalCorrelation(Regularizer):
 
     def bind(self, model) -> None:
         super().bind(model)
-        self.n_latents = model.latent.n_latents
-        self.discriminator = discriminator_net(model.latent.sample_features, self.hidden, self.layers,
+        spec = model.latent_spec
+        self.n_latents = spec.n_latents
+        self.discriminator = discriminator_net(spec.sample_features, self.hidden, self.layers,
                                                self.negative_slope)
 
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:
@@ -123,7 +124,7 @@ class AdversarialTotalCorrelation(Regularizer):
         joint = ctx.latent.sample.detach()
         if self.uses_second_batch:
             with torch.no_grad():  # the updated encoder, sampling as in training
-                source = model.latent(model.encoder(x_aux)).sample
+                source = model.encode(x_aux).sample
         else:
             source = joint
         permuted = permute_latents(source, self.n_latents)

@@ -1,5 +1,8 @@
-"""Figures for a trained representation: NMI heatmap, DCI importance heatmap, decoded latent interventions and
-a reconstruction grid.
+"""Figures for a trained representation: NMI heatmap, DCI importance heatmap, decoded latent interventions,
+a reconstruction grid, latent scatters, factor recovery and a generative model's samples.
+
+Functions of numpy arrays and a path only (no model, no callback), so models, callbacks and reports can all use
+them.
 
 NMI heatmap: sources as rows, latents as columns, inactive latents' labels in red (QLAE paper Fig. 3 / App. D;
 spec qlae.md §9.2). DCI importance heatmap: the importance matrix R (latents x factors) of nonlinear DCI (spec
@@ -219,4 +222,22 @@ def factor_recovery_scatter(latents: np.ndarray, factors: np.ndarray, factor_nam
         panel += 1
     if title:
         fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def samples_grid(images: np.ndarray, path: str | Path, title: str = "generated samples") -> Path:
+    """Save (n, C, H, W) images in [0, 1] as a near-square grid (row-major) with ``title``; returns the path (a GAN's
+    ``samples.png``)."""
+    n = len(images)
+    cols = max(1, round(n**0.5))
+    rows = -(-n // cols)
+    padded = np.ones((rows * cols, *images.shape[1:]), dtype=np.float32)  # blank tiles fill the last row
+    padded[:n] = images
+    fig = _figure(max(3.0, 0.7 * cols + 0.5), max(3.0, 0.7 * rows + 0.8))
+    ax = fig.add_subplot()
+    ax.imshow(_tile(padded.reshape(rows, cols, *images.shape[1:])), interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=9)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     return _save(fig, path)

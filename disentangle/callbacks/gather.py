@@ -1,0 +1,167 @@
+"""The evaluation's training-thread part: everything that needs the model.
+
+Encode this process's shard of the evaluation subset and all-gather every rank's rows with
+:class:`~disentangle.metrics.accumulate.LatentFactorAccumulator` (sorted by evaluation-set position, so 1 and N
+processes give the same matrix); run the sampled metrics (FactorVAE, BetaVAE scores: they encode batches of their
+own); and, for a final evaluation that writes figures, decode the intervention sweeps, the reconstructions and a
+generative model's samples. The model is asked only through its contract
+(:class:`~disentangle.models.base.EvaluableModel`).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..metrics.accumulate import LatentFactorAccumulator
+from ..metrics.reconstruction import mse_per_image, psnr_from_mse
+from ..metrics.suite import ModelFacts, metric_names, sampled_metrics
+from ..models.base import EvaluableModel
+from .jobs import EvaluationJob
+
+
+class EvaluationError(RuntimeError):
+    """A metric computation (possibly in the background worker) failed; ``__cause__`` is the original."""
+
+
+def failure(step: int, exc: Exception, where: str = "") -> EvaluationError:
+    """The one-line error for an evaluation that failed at ``step``."""
+    return EvaluationError(f"evaluation at step {step} failed{where}: {type(exc).__name__}: {exc}")
+
+
+@dataclass
+class GatherSettings:
+    """The callback's options that the training-thread part reads."""
+
+    n_samples: int | None = None  # evaluation subset size (None = the data module's eval_size)
+    batch_size: int = 256
+    progress: bool = True
+    figures: bool = True
+    n_interventions: int = 10
+    n_reconstructions: int = 8
+
+
+def shard_positions(n: int, batch_size: int, rank: int = 0, world_size: int = 1) -> list[torch.Tensor]:
+    """This rank's batches of evaluation-set positions ``0..n-1``: the subset is cut into batches of
+    ``batch_size`` exactly as a single process would, and whole batches are dealt round-robin to the ranks.
+    Every image is thus encoded in the same batch as in a single-process run (batch composition can change a
+    network's floating-point output), and the gathered matrix is bitwise the single-process one."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} out of range for world size {world_size}")
+    return list(torch.arange(n).split(int(batch_size)))[rank::world_size]
+
+
+@torch.no_grad()
+def encode_subset(model: EvaluableModel, datamodule, settings: GatherSettings, rank: int = 0,
+                  world_size: int = 1) -> dict:
+    """Encode this rank's shard of the evaluation subset and all-gather every rank's rows.
+
+    Returns numpy ``{"latents", "factors", "index", "psnr", "mse"}`` over the whole subset in evaluation-set
+    order (every rank receives them; the collective needs every rank to call this)."""
+    device = model.device
+    n = min(settings.n_samples or datamodule.eval_size, datamodule.eval_size)
+    indices = datamodule.eval_indices()[:n]
+    shard = shard_positions(n, settings.batch_size, rank, world_size)
+    acc = LatentFactorAccumulator()
+    for pos in tqdm(shard, desc="evaluate: encode", leave=False, disable=not settings.progress or rank != 0):
+        images, factors = datamodule.gather(indices[pos].to(device))
+        z, recon = model.embed(images)
+        if recon is None:  # encoder-only model: no reconstruction, no PSNR/MSE
+            acc.update(z.float(), factors, pos.to(device))
+            continue
+        mse = mse_per_image(recon, images)
+        acc.update(z.float(), factors, pos.to(device), torch.as_tensor(psnr_from_mse(mse), device=device),
+                   torch.as_tensor(mse, device=device))
+    if not shard:  # more ranks than batches: contribute zero rows of the right dtype and width
+        images, factors = datamodule.gather(indices[:1].to(device))
+        z, recon = model.embed(images)
+        empty = torch.zeros(0, dtype=torch.float64, device=device)
+        quality = () if recon is None else (empty, empty)
+        acc.update(z[:0].float(), factors[:0], torch.zeros(0, dtype=torch.long, device=device), *quality)
+    out = acc.compute()
+    acc.reset()
+    return out
+
+
+@torch.no_grad()
+def decode_interventions(model: EvaluableModel, datamodule, z: np.ndarray, n_interventions: int) -> np.ndarray:
+    """Sweep each latent over its [min, max] on the evaluation set from the model's ``intervention_base`` (the
+    first evaluation image's representation, spec qlae.md §9.1; a GAN's prior draw); a categorical representation
+    (VQ, QVAE code indices) steps through the codes it uses on the evaluation set instead, since labels in between
+    mean nothing, in the model's ``order_codes`` (scalar codebooks: by value). (n_interventions, n_z, C, H, W) in
+    [0, 1]."""
+    images, _ = datamodule.gather(datamodule.eval_indices()[:1].to(model.device))
+    base = model.intervention_base(images)
+    steps = np.linspace(0.0, 1.0, n_interventions)
+    n_z = z.shape[1]
+    categorical = model.latent_spec.categorical
+    grid = base.float().repeat(n_interventions * n_z, 1).reshape(n_interventions, n_z, n_z).clone()
+    for j in range(n_z):
+        if categorical:
+            codes = model.order_codes(torch.as_tensor(np.unique(z[:, j]), device=grid.device))
+            sweep = codes[torch.as_tensor(np.round(steps * (len(codes) - 1)).astype(int), device=grid.device)]
+        else:
+            sweep = z[:, j].min() + steps * (z[:, j].max() - z[:, j].min())
+        grid[:, j, j] = torch.as_tensor(sweep, dtype=grid.dtype, device=grid.device)
+    # in representation space (mu for a Gaussian, code indices for VQ), mapped back by the model
+    decoded = model.decode_intervention(grid.reshape(-1, n_z)).float().cpu().numpy()
+    return decoded.reshape(n_interventions, n_z, *decoded.shape[1:])
+
+
+@torch.no_grad()
+def reconstruction_pairs(model: EvaluableModel, datamodule, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The first ``k`` evaluation images and their reconstructions (None for k < 1)."""
+    if k < 1:
+        return None
+    images, _ = datamodule.gather(datamodule.eval_indices()[:k].to(model.device))
+    _, recon = model.embed(images)
+    return images.float().cpu().numpy(), recon.float().cpu().numpy()
+
+
+@torch.no_grad()
+def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, options: dict, *, step: int,
+               final: bool, write: bool, metrics: Sequence[str], rank: int = 0,
+               world_size: int = 1) -> EvaluationJob | None:
+    """The training-thread part: encode and gather (all ranks), then on rank 0 run the sampled metrics among
+    ``metrics`` (they need the model) and decode what the figures show. Returns the job for the worker on rank 0,
+    None on the other ranks."""
+    start = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    sampled_names = metric_names(sampled=True)
+    try:
+        data = encode_subset(model, datamodule, settings, rank=rank, world_size=world_size)
+        if rank != 0:
+            return None
+        sampled = {}
+        if any(m in sampled_names for m in metrics):
+            try:
+                sampled = sampled_metrics(datamodule, model.represent, metrics=metrics, options=options,
+                                          device=model.device, progress=settings.progress)
+            except Exception as exc:
+                raise failure(step, exc) from exc
+        interventions = reconstructions = samples = None
+        if write and settings.figures and model.can_reconstruct:  # encoder-only: nothing to decode
+            interventions = decode_interventions(model, datamodule, data["latents"], settings.n_interventions)
+            k = min(settings.n_reconstructions, settings.n_samples or datamodule.eval_size, datamodule.eval_size)
+            reconstructions = reconstruction_pairs(model, datamodule, k)
+        if write and settings.figures and model.can_sample and model.n_samples_figure:
+            samples = model.sample(model.n_samples_figure, seed=0).float().cpu().numpy()
+    finally:
+        model.train(was_training)
+    spec = model.latent_spec
+    return EvaluationJob(
+        step=int(step), final=final, write=write,
+        metrics=tuple(m for m in metrics if m not in sampled_names),
+        sampled_metrics=tuple(m for m in sampled_names if m in metrics) if sampled else (),
+        latents=data["latents"], factors=data["factors"], psnr=data["psnr"], mse=data["mse"], sampled=sampled,
+        discrete_latents=spec.discrete, method=model.method, data=datamodule.name,
+        factor_names=tuple(datamodule.factor_names), encode_seconds=time.perf_counter() - start,
+        model=ModelFacts(device=str(model.device), discrete=spec.discrete, categorical=spec.categorical),
+        interventions=interventions, reconstructions=reconstructions, samples=samples,
+        intervention_start=model.intervention_start,
+    )

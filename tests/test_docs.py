@@ -1,0 +1,45 @@
+"""The documentation: the MkDocs site builds with --strict, and README.md stays a short, link-correct entry page."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+# Markdown links: inline [text](target "title") and reference-style [label]: target.
+_INLINE_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_REFERENCE_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)", re.MULTILINE)
+
+
+def _relative_links(text: str) -> list[str]:
+    links = _INLINE_LINK.findall(text) + _REFERENCE_LINK.findall(text)
+    return [link for link in links if not re.match(r"^[a-z][a-z0-9+.-]*:|^#|^//", link, re.IGNORECASE)]
+
+
+def test_mkdocs_build_strict(tmp_path):
+    """The docs packages come with the dev extra (`make install`); a missing one fails here rather than skipping."""
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_readme_relative_links_exist():
+    links = _relative_links(README.read_text(encoding="utf-8"))
+    assert links, "README.md links to no file: expected links into docs/"
+    missing = [link for link in links if not (ROOT / link.split("#", 1)[0]).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_readme_is_short_and_has_the_two_commands():
+    text = README.read_text(encoding="utf-8")
+    n_lines = len(text.splitlines())
+    assert n_lines <= 200, f"README.md has {n_lines} lines; keep it to one or two screens (move detail into docs/)"
+    assert "make demo" in text and "make test" in text

@@ -1,0 +1,288 @@
+"""The package's layering, read from the source with ``ast`` (nothing is imported, so this is fast).
+
+Every ``.py`` under ``disentangle/`` is parsed and its imports (module level and inside functions) are resolved to
+absolute module names: relative imports against the importing module's package, and ``from pkg import name`` to
+the submodule ``pkg.name`` when that is a module of the package. The rules:
+
+* no private name (``_x``, not a dunder) is imported from another module, nor read as ``module._x`` off an
+  imported module;
+* lower layers do not import higher ones (see ``FORBIDDEN``);
+* no import cycle among the modules of one subpackage (``disentangle/data``, ...; the top-level modules of
+  ``disentangle/`` count as one group).
+
+Each failure names the file, the line and the import.
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "disentangle"
+
+# importer prefix -> module prefixes it must not import
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "disentangle.metrics": ("disentangle.models", "disentangle.callbacks", "disentangle.regularizers",
+                            "disentangle.quantizers"),
+    "disentangle.data": ("disentangle.models", "disentangle.callbacks", "disentangle.regularizers",
+                         "disentangle.quantizers"),
+    "disentangle.quantizers": ("disentangle.models", "disentangle.callbacks"),
+    "disentangle.regularizers": ("disentangle.models", "disentangle.callbacks"),
+    "disentangle.nn": ("disentangle.models", "disentangle.callbacks"),
+    "disentangle.models": ("disentangle.callbacks",),
+    "disentangle.reporting": ("disentangle.models", "disentangle.data"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: dict[str, Path] = {_module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported name: ``importer`` imports ``target`` (absolute) at ``line`` by ``text``."""
+
+    importer: str
+    line: int
+    text: str
+    target: str
+    name: str | None  # the name taken from the module by ``from ... import name``; None for ``import x``
+
+    def where(self) -> str:
+        return f"{MODULES[self.importer].relative_to(ROOT)}:{self.line}: {self.text}"
+
+
+def _base(importer: str, level: int, module: str | None) -> str:
+    """Absolute name of the module named by ``from <level dots><module> import ...`` in ``importer``."""
+    if level == 0:
+        return module or ""
+    package = importer.split(".")
+    if MODULES[importer].name != "__init__.py":
+        package = package[:-1]
+    package = package[: len(package) - (level - 1)]
+    return ".".join(package + ([module] if module else []))
+
+
+def _parse(module: str) -> tuple[ast.Module, list[Import]]:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"), filename=str(MODULES[module]))
+    imports = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imports.append(Import(module, node.lineno, f"import {alias.name}", alias.name, None))
+        elif isinstance(node, ast.ImportFrom):
+            base = _base(module, node.level, node.module)
+            source = "." * node.level + (node.module or "")
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                target = sub if sub in MODULES else base
+                imports.append(Import(module, node.lineno, f"from {source} import {alias.name}", target, alias.name))
+    return tree, imports
+
+
+PARSED: dict[str, tuple[ast.Module, list[Import]]] = {m: _parse(m) for m in MODULES}
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a chain of attribute reads on a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def _module_references(tree: ast.Module, imports: list[Import]) -> set[str]:
+    """Names (and dotted chains) by which the file refers to imported modules."""
+    refs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    refs.add(alias.asname)
+                else:  # ``import a.b.c`` binds ``a``; a.b and a.b.c are modules too
+                    parts = alias.name.split(".")
+                    refs.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    for imp in imports:  # ``from pkg import sub`` where sub is one of our modules
+        if imp.name is not None and imp.target in MODULES and imp.target.endswith(f".{imp.name}"):
+            refs.add(imp.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.asname and alias.name in refs:
+                    refs.add(alias.asname)
+    return refs
+
+
+def _report(title: str, problems: list[str]) -> str:
+    return f"{title} ({len(problems)}):\n  " + "\n  ".join(problems)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Private names
+# ----------------------------------------------------------------------------------------------------------------
+def test_no_private_name_is_imported_from_another_module():
+    problems = [
+        imp.where()
+        for _, imports in PARSED.values()
+        for imp in imports
+        if imp.name is not None and _is_private(imp.name)
+    ]
+    if problems:
+        pytest.fail(_report("private names imported from another module", problems), pytrace=False)
+
+
+def test_no_private_attribute_of_an_imported_module_is_read():
+    problems = []
+    for module, (tree, imports) in PARSED.items():
+        refs = _module_references(tree, imports)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                owner = _dotted(node.value)
+                if owner in refs:
+                    problems.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}: {owner}.{node.attr}")
+    if problems:
+        pytest.fail(_report("private attributes read off imported modules", problems), pytrace=False)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Layers
+# ----------------------------------------------------------------------------------------------------------------
+def _forbidden_imports(importers: tuple[str, ...]) -> list[str]:
+    problems = []
+    for prefix in importers:
+        banned = FORBIDDEN[prefix]
+        for module, (_, imports) in PARSED.items():
+            if not _within(module, prefix):
+                continue
+            for imp in imports:
+                hit = next((b for b in banned if _within(imp.target, b)), None)
+                if hit is not None:
+                    problems.append(f"{imp.where()}  ({prefix} must not import {hit})")
+    return problems
+
+
+def test_metrics_and_data_import_no_models_callbacks_regularizers_or_quantizers():
+    problems = _forbidden_imports(("disentangle.metrics", "disentangle.data"))
+    if problems:
+        pytest.fail(_report("metrics/data import a higher layer", problems), pytrace=False)
+
+
+def test_quantizers_regularizers_and_nn_import_no_models_or_callbacks():
+    problems = _forbidden_imports(("disentangle.quantizers", "disentangle.regularizers", "disentangle.nn"))
+    if problems:
+        pytest.fail(_report("quantizers/regularizers/nn import models or callbacks", problems), pytrace=False)
+
+
+def test_models_import_no_callbacks():
+    problems = _forbidden_imports(("disentangle.models",))
+    if problems:
+        pytest.fail(_report("models import callbacks", problems), pytrace=False)
+
+
+def test_reporting_imports_no_models_or_data():
+    problems = _forbidden_imports(("disentangle.reporting",))
+    if problems:
+        pytest.fail(_report("reporting imports models or data", problems), pytrace=False)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Cycles within a subpackage
+# ----------------------------------------------------------------------------------------------------------------
+def _group(module: str) -> str:
+    """``disentangle.<sub>`` for a module of a subpackage (nested packages included), else ``disentangle``."""
+    parts = module.split(".")
+    if len(parts) >= 2 and (ROOT / PACKAGE / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return PACKAGE
+
+
+def _strongly_connected(nodes: list[str], edges: dict[str, dict[str, Import]]) -> list[list[str]]:
+    """Tarjan's strongly connected components."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            components.append(sorted(component))
+
+    for v in nodes:
+        if v not in index:
+            visit(v)
+    return components
+
+
+def _cycle_through(start: str, component: set[str], edges: dict[str, dict[str, Import]]) -> list[Import]:
+    """The imports of one shortest cycle from ``start`` back to itself inside ``component`` (breadth first)."""
+    previous: dict[str, Import] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w, imp in sorted(edges[v].items()):
+                if w not in component or w in previous:
+                    continue
+                previous[w] = imp
+                if w == start:
+                    path = [imp]
+                    while path[-1].importer != start:
+                        path.append(previous[path[-1].importer])
+                    return path[::-1]
+                following.append(w)
+        frontier = following
+    return []
+
+
+def test_no_import_cycle_within_a_subpackage():
+    edges: dict[str, dict[str, Import]] = defaultdict(dict)
+    for module, (_, imports) in PARSED.items():
+        for imp in imports:
+            if imp.target in MODULES and imp.target != module and _group(imp.target) == _group(module):
+                edges[module].setdefault(imp.target, imp)  # the first import of a module stands for all
+    problems = []
+    for group in sorted({_group(m) for m in MODULES}):
+        nodes = [m for m in MODULES if _group(m) == group]
+        for component in _strongly_connected(nodes, edges):
+            if len(component) > 1:
+                path = _cycle_through(component[0], set(component), edges)
+                problems.append(
+                    f"{group}: cycle among {', '.join(component)}:\n    " + "\n    ".join(i.where() for i in path)
+                )
+    if problems:
+        pytest.fail(_report("import cycles within a subpackage", problems), pytrace=False)
