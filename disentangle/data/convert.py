@@ -6,6 +6,10 @@ compressed, so it can be memory-mapped) and ``factors`` int64 (N, n_factors), wi
 variables (SmallNORB's instance) add ``nuisance`` int64 (N, n_nuisance) with attributes ``nuisance_names`` and
 ``nuisance_sizes``. The file is written to ``<cache>.partial`` and renamed onto the final name only once
 complete; a failure removes the partial file.
+
+:func:`derive_resolution` makes another resolution's cache ``<cache stem>_<R>px.h5`` from a complete 64-px cache in
+the same way (once, atomically), resampling with antialiased bicubic interpolation, as the first conversion does
+for Falcor3D and Isaac3D (qlae.md §7.4).
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .formats import RESOLUTION, FormatError, read_raw
+from .formats import RESOLUTION, FormatError, downsample, read_raw
 
 
 def partial_path(cache_path: Path) -> Path:
@@ -84,6 +88,52 @@ def convert(name: str, raw_path, cache_path, *, variant: str | None = None,
         partial.unlink(missing_ok=True)
         raise
     return cache_path
+
+
+def resolution_path(cache_path, resolution: int) -> Path:
+    """The cache of another resolution beside ``cache_path``: ``shapes3d.h5`` -> ``shapes3d_32px.h5``."""
+    cache_path = Path(cache_path)
+    return cache_path.with_name(f"{cache_path.stem}_{int(resolution)}px{cache_path.suffix}")
+
+
+def derive_resolution(cache_path, resolution: int, *, chunk: int = 2048, progress: bool = True) -> Path:
+    """Write the ``resolution``-px cache of the complete cache ``cache_path`` (:func:`resolution_path`): the same
+    factors, nuisance variables and attributes, images downsampled with antialiased bicubic interpolation
+    (:func:`~disentangle.data.formats.downsample`), rounded to uint8. Written to ``<target>.partial`` and renamed
+    when complete, like :func:`convert`; a no-op when the target is already complete."""
+    source, target = Path(cache_path), resolution_path(cache_path, resolution)
+    if is_complete(target):
+        return target
+    if not is_complete(source):
+        raise FormatError(f"{source}: not a complete cache to derive {resolution} px images from")
+    partial = partial_path(target)
+    try:
+        with h5py.File(source, "r") as src, h5py.File(partial, "w") as dst:
+            images = src["images"]
+            n, c = images.shape[:2]
+            out = dst.create_dataset("images", shape=(n, c, int(resolution), int(resolution)), dtype=np.uint8)
+            for key in ("factors", "nuisance"):
+                if key in src:
+                    dst.create_dataset(key, data=src[key][...])
+            for key, value in src.attrs.items():
+                if key != "complete":
+                    dst.attrs[key] = value
+            dst.attrs["derived_from"] = source.name
+            dst.attrs["resampling"] = "bicubic, antialiased"
+            bar = _progress(n, f"{source.name} -> {target.name}", progress)
+            try:
+                for start in range(0, n, chunk):
+                    block = images[start:start + chunk]
+                    out[start:start + len(block)] = downsample(block, int(resolution), mode="bicubic")
+                    bar.update(len(block))
+            finally:
+                bar.close()
+            dst.attrs["complete"] = True
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return target
 
 
 def _progress(total: int, desc: str, enabled: bool):

@@ -114,13 +114,18 @@ class PreparedDataModule(FactorDataModule):
         variant_sizes: dict | None = None,
         cache_name: str | None = None,
         colour: str = "none",
+        resolution: int | None = None,
         **kwargs,
     ):
         """``variant_sizes`` is the config's per-variant factor-grid table; the chosen row is already in
         ``factor_sizes``. ``cache_name`` reads the cache prepared for another dataset (colour dSprites reads
-        ``dsprites``); ``colour`` (``none`` or ``random_multipliers``) colours binary grey-scale images."""
+        ``dsprites``); ``colour`` (``none`` or ``random_multipliers``) colours binary grey-scale images.
+        ``resolution`` (None: the cache's 64 px) below 64 reads ``<cache>_<R>px.h5``, made once from the 64-px cache
+        with antialiased bicubic resampling (:func:`~disentangle.data.convert.derive_resolution`)."""
         super().__init__(**kwargs)
         check_one_of("data.colour", colour, COLOURS)
+        if resolution is not None and not 8 <= int(resolution) <= 64:
+            raise ValueError(f"data.resolution must be between 8 and the caches' 64 px (got {resolution}), or null")
         self.name = name
         self.variant = variant
         self.cache_name = cache_name or name
@@ -130,6 +135,8 @@ class PreparedDataModule(FactorDataModule):
             if not self._convert_raw_if_present(self.cache_name, root, variant, factor_sizes):
                 raise
             self.data = open_prepared(self.cache_name, root, variant, raw)
+        if resolution is not None and int(resolution) != self.data.images.shape[-1]:
+            self.data = self._at_resolution(self.data, int(resolution))
         n, c, h, w = self.data.images.shape
         if h != w:
             raise ValueError(f"{self.data.path}: images must be square, got {h}x{w}")
@@ -159,6 +166,15 @@ class PreparedDataModule(FactorDataModule):
             return False
         prepare(name, root, variant=variant, factor_sizes=factor_sizes, download=False)
         return True
+
+    @staticmethod
+    def _at_resolution(data: PreparedDataset, resolution: int) -> PreparedDataset:
+        """The same dataset from its ``resolution``-px cache (derived from the 64-px one the first time)."""
+        from .convert import derive_resolution
+
+        path = derive_resolution(data.path, resolution, progress=True)
+        return PreparedDataset(data.name, path, _map_images(path), data.factors, data.factor_names, data.factor_sizes,
+                               data.nuisance, data.nuisance_names, data.nuisance_sizes)
 
     @property
     def path(self) -> Path:
