@@ -44,7 +44,11 @@ def build(cfg: DictConfig) -> Job:
         if cfg.trainer.get("enable_progress_bar") is False:  # the switch wins over the configured bar
             callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]
         logger = instantiate(cfg.logger) if cfg.get("logger") else False
-        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
+        extra = {}
+        if model.updates_per_step > 1 and cfg.trainer.get("strategy") == "ddp":
+            # several backward passes per step, each reaching only some networks: DDP must find the unused ones
+            extra["strategy"] = "ddp_find_unused_parameters_true"
+        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **extra)
     except Exception as exc:  # construction errors (bad values, wrong types) become one clear line
         cause = exc
         while cause.__cause__ is not None and not isinstance(cause, DatasetNotFoundError):

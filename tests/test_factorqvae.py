@@ -287,16 +287,3 @@ def test_interventions_step_through_a_scalar_codebook_by_value():
     q.codebook.data = torch.tensor([[0.3], [-1.0], [2.0], [0.0], [-0.5]])
     assert q.order_codes(torch.tensor([0, 1, 2, 3, 4])).tolist() == [1, 4, 3, 0, 2]
     assert GumbelQuantizer(1, codebook_size=5, code_dim=2).order_codes(torch.tensor([3, 1])).tolist() == [3, 1]
-
-
-def test_a_discriminator_is_refused_under_multi_process_training_before_it_starts():
-    from types import SimpleNamespace
-
-    from disentangle.errors import ConfigError
-
-    net = instantiate(compose_config(["model=factorqvae", "model/arch=small"]).model, in_channels=3, resolution=16)
-    net._trainer = SimpleNamespace(world_size=2, datamodule=None)
-    with pytest.raises(ConfigError, match="not supported under multi-process training yet"):
-        net.setup("fit")
-    net._trainer = SimpleNamespace(world_size=1, datamodule=None)
-    net.setup("fit")  # one process: fine

@@ -128,6 +128,11 @@ class Autoencoder(LatentModel):
         """Regularizers that train a network of their own against the model, in optimizer order."""
         return [reg for reg in self.regularizers.values() if reg.adversarial]
 
+    @property
+    def updates_per_step(self) -> int:
+        """The model's update plus one per adversary (each a backward pass of its own)."""
+        return 1 + len(self.adversaries)
+
     # -- hooks a method may override ---------------------------------------------------------------
     def reconstruction_loss(self, output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return RECONSTRUCTION_LOSSES[self.reconstruction](output, x)
@@ -195,15 +200,10 @@ class Autoencoder(LatentModel):
         return loss.detach(), logs
 
     def setup(self, stage: str) -> None:
-        """Before fitting: hand the data module to regularizers that draw examples of their own, take the training
-        set's size from it when a regularizer needs it, and refuse what is not supported yet."""
+        """Before fitting: hand the data module to regularizers that draw examples of their own and take the training
+        set's size from it when a regularizer needs it."""
         if stage != "fit":
             return
-        if self.adversaries and self.trainer.world_size > 1:
-            raise ConfigError(
-                "an adversarial regularizer (its own optimizer) is not supported under multi-process training yet: "
-                "its discriminator's gradients would not be averaged across processes; use trainer.devices=1"
-            )
         datamodule = getattr(self.trainer, "datamodule", None)
         self.attach_data(datamodule)
         needs = [key for key, reg in self.regularizers.items()

@@ -242,6 +242,20 @@ class LatentModel(pl.LightningModule):
         """All unweighted loss terms of one batch and the weight of each."""
         raise NotImplementedError
 
+    @property
+    def updates_per_step(self) -> int:
+        """Backward passes (optimizer updates) per training step: more than one (an adversary, the GANs) makes
+        data-parallel training detect the parameters each pass leaves unused (``disentangle.run.build``)."""
+        return 1
+
+    def backward_update(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, through Lightning under a Trainer: under DDP, Lightning prepares the reducer for
+        each backward pass, so the gradients of every network the pass reaches are averaged across processes."""
+        if self._trainer is not None:
+            self.manual_backward(loss)
+        else:
+            loss.backward()
+
     def attach_data(self, datamodule) -> None:
         """Hand ``datamodule`` to every regularizer that draws examples of its own (one ConfigError line when it
         cannot); called before training and by ``select`` on a loaded checkpoint."""
@@ -282,6 +296,14 @@ class LatentModel(pl.LightningModule):
         self.log_dict({f"train/{name}": value for name, value in logs.items()})
 
     # -- Lightning hooks -----------------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        """Under data-parallel training every process was seeded alike; each rank r > 0 gets a stream of its own
+        (Gaussian and Gumbel noise, prior draws, Hessian directions), so N processes do not draw the same noise
+        for different images (rank 0 keeps the seed's stream; a resumed run then restores every rank's saved
+        states)."""
+        if self.trainer.world_size > 1 and self.trainer.global_rank > 0:
+            torch.manual_seed(torch.initial_seed() + 1_000_003 * self.trainer.global_rank)
+
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
         self.latent.schedule(self.global_step)  # step-dependent schedules (Gumbel temperature, noise scale)
 
@@ -308,10 +330,7 @@ def step_optimizer(model: pl.LightningModule, optimizer, loss: torch.Tensor, *, 
     lightning = isinstance(optimizer, LightningOptimizer)
     raw = optimizer.optimizer if lightning else optimizer
     raw.zero_grad(set_to_none=True)
-    if lightning:
-        model.manual_backward(loss)
-    else:
-        loss.backward()
+    model.backward_update(loss) if lightning else loss.backward()
     if lightning and counted:
         optimizer.step()
     else:

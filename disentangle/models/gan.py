@@ -185,6 +185,11 @@ class InfoWGAN(LatentModel):
     def can_sample(self) -> bool:
         return True
 
+    @property
+    def updates_per_step(self) -> int:
+        """An encoder/critic update and, every n_critic-th iteration, a generator update: two backward passes."""
+        return 2
+
     @torch.no_grad()
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(representation, "reconstruction") of real images: the representation is the encoder's latent of x
@@ -302,9 +307,6 @@ class InfoWGAN(LatentModel):
         """Refuse what this step does not support, before any training work."""
         if stage != "fit":
             return
-        if self.trainer.world_size > 1:
-            raise ConfigError("the GANs' two-optimizer step does not support multi-process training yet: use "
-                              "trainer.devices=1")
         if str(self.trainer.precision).startswith("16"):
             raise ConfigError(f"trainer.precision={self.trainer.precision} is not supported by the GANs: the "
                               f"generator update bypasses the loss scaler; use 32-true or bf16-mixed")

@@ -15,14 +15,39 @@ from .base import Regularizer, StepContext
 NEGATIVES = ("second_batch", "same_batch")
 
 
-def permute_latents(samples: torch.Tensor, n_latents: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def permute_latents(samples: torch.Tensor, n_latents: int, generator: torch.Generator | None = None,
+                    draws: torch.Tensor | None = None) -> torch.Tensor:
     """Samples of prod_j q(z_j): each latent's block of columns (n_latents equal blocks of the last axis, e.g. a
-    latent's K one-hot entries) is permuted across the batch independently of the others (Kim & Mnih 2018)."""
+    latent's K one-hot entries) is permuted across the batch independently of the others (Kim & Mnih 2018). The
+    permutations sort ``draws`` (n_latents, B), by default ``torch.rand`` from ``generator``."""
     b = samples.shape[0]
     blocks = samples.reshape(b, n_latents, -1)
-    order = torch.argsort(torch.rand(n_latents, b, device=samples.device, generator=generator), dim=1)  # (n, B)
+    if draws is None:
+        draws = torch.rand(n_latents, b, device=samples.device, generator=generator)
+    order = torch.argsort(draws, dim=1)  # (n, B)
     index = order.t().unsqueeze(-1).expand_as(blocks)  # row i of latent j comes from row order[j, i]
     return torch.gather(blocks, 0, index).reshape(samples.shape)
+
+
+def permute_across_processes(samples: torch.Tensor, n_latents: int) -> torch.Tensor:
+    """:func:`permute_latents` of the *global* batch under data-parallel training, this process's rows of it.
+
+    Each of N processes holds its slice (rows [r·B/N, (r+1)·B/N)) of the global batch of B samples. The slices are
+    gathered in rank order, rank 0 draws the permutation exactly as a single process would (the same ``torch.rand``
+    call on the same (n_latents, B) shape, from its global generator) and broadcasts it, and every process keeps its
+    slice of the permuted batch. So N processes form the negatives one process forms from the same B samples and
+    the same generator state: a negative row may combine latents of samples held by other processes. With one
+    process this is :func:`permute_latents` itself."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return permute_latents(samples, n_latents)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    parts = [torch.empty_like(samples) for _ in range(world)]
+    dist.all_gather(parts, samples.contiguous())
+    full = torch.cat(parts)
+    draws = torch.rand(n_latents, full.shape[0], device=full.device)  # every rank draws: generators stay in step
+    dist.broadcast(draws, src=0)
+    return permute_latents(full, n_latents, draws=draws).chunk(world)[rank]
 
 
 def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 6, negative_slope: float = 0.2) -> nn.Sequential:
@@ -127,11 +152,11 @@ class AdversarialTotalCorrelation(Regularizer):
                 source = model.encode(x_aux).sample
         else:
             source = joint
-        permuted = permute_latents(source, self.n_latents)
+        permuted = permute_across_processes(source, self.n_latents)
         optimizer.zero_grad(set_to_none=True)
         joint_logits, permuted_logits = self.discriminator(joint), self.discriminator(permuted)
         loss = discriminator_loss(joint_logits, permuted_logits)
-        loss.backward()
+        model.backward_update(loss)  # under DDP: D's gradients averaged across processes
         optimizer.step()
         accuracy = 0.5 * ((joint_logits.argmax(1) == 0).float().mean() + (permuted_logits.argmax(1) == 1).float().mean())
         return {"disc_loss": loss.detach(), "disc_accuracy": accuracy.detach()}
