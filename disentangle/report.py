@@ -1,11 +1,14 @@
 """Entry point: ``python -m disentangle.report DIR... [--format md|csv|latex] [--out FILE] [--compare-paper TABLE]``.
 
-Reads every run under the directories (``metrics.json`` and ``.hydra/config.yaml``), groups runs by model, dataset
-and the hyperparameters that vary apart from the seed, aggregates each metric over seeds (mean ± 95% CI with
-Student's t by default; median with quartiles or mean ± standard error by option), applies a paper's selection
-rule if asked, averages over datasets when there are several (the papers' "aggregated" column: the mean of the
-per-dataset means), prints the tables (best per column in bold) and draws a figure. Runs that failed or have no
-``metrics.json`` are listed with their error line.
+Reads every run under the directories (``metrics.json``, ``metrics_history.jsonl`` and ``.hydra/config.yaml``),
+takes each run's evaluation by the per-run rule (the final one by default; ``--select-checkpoint best-infom``: the
+best InfoM among the evaluations above the PSNR threshold, Tripod §10.3), groups runs by model, dataset and the
+hyperparameters that vary apart from the seed, aggregates each metric over seeds (mean ± 95% CI with Student's t
+by default; median with quartiles or mean ± standard error by option), applies a paper's selection rule if asked,
+averages over datasets when there are several (the papers' "aggregated" column: the mean of the per-dataset
+means), prints the tables (best per column in bold) and draws a figure. Runs that failed or have no
+``metrics.json`` are listed with their error line. A sweep file's ``# Report:`` header line sets the rule of its
+directories unless a flag says otherwise.
 """
 from __future__ import annotations
 
@@ -17,9 +20,13 @@ from .reporting import STAT_MODES
 
 EPILOG = """examples:
   python -m disentangle.report multirun/2026-01-01_12-00-00
-  python -m disentangle.report multirun/DATE --select infom --psnr-min tripod --compare-paper tripod:1
-  python -m disentangle.report multirun/DATE --stat quartiles --pool gamma --select delta_st --compare-paper friede:1
+  python -m disentangle.report multirun/DATE --select-checkpoint best-infom --psnr-min tripod --compare-paper tripod:1
+  python -m disentangle.report multirun/DATE --select infom --psnr-min ae-1 --compare-paper qlae:12
+  python -m disentangle.report multirun/DATE --stat quartiles --pool tc_discriminator.weight --select delta_st --compare-paper friede:1
+  python -m disentangle.report multirun/DATE --stat se --select dci_d --select-by best-seed --compare-paper cliff:3
   python -m disentangle.report multirun/DATE --format csv --out table.csv
+the rule of a sweep file (its '# Report:' header line) applies unless a flag overrides it (--no-sweep-rule: none);
+docs/report.md lists every paper's rules.
 exit status: 0 written; 1 nothing could be aggregated; 2 bad option or a directory without runs."""
 
 
@@ -29,25 +36,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("dirs", nargs="+", type=Path, help="sweep or run directories (searched recursively)")
     p.add_argument("--format", default="md", choices=("md", "csv", "latex"), help="table format (default md)")
     p.add_argument("--out", type=Path, default=None, help="write the table to FILE too (default: stdout only)")
-    p.add_argument("--stat", default="ci95", choices=STAT_MODES,
+    p.add_argument("--select-checkpoint", default=None, metavar="final|best-infom|best-METRIC",
+                   help="per run, which evaluation: final (metrics.json; default) or best-infom: of the evaluations "
+                        "in metrics_history.jsonl whose PSNR reaches --psnr-min, the one with the highest InfoM "
+                        "(Tripod §10.3; best-METRIC for another metric), all its metrics reported")
+    p.add_argument("--stat", default=None, choices=STAT_MODES,
                    help="ci95: mean ± 95%% CI, Student's t (QLAE, Tripod, FactorQVAE; default); quartiles: median "
                         "[25%%, 75%%] (Friede et al.); se: mean ± standard error (Cliff)")
-    p.add_argument("--select", default="none", metavar="none|infom|delta_st|METRIC",
+    p.add_argument("--select", default=None, metavar="none|infom|delta_st|labels|METRIC",
                    help="infom (or another metric): per (model, data) keep the configuration with the best mean "
                         "(QLAE §6.3, Tripod §10.3); delta_st: add per dataset the run with the smallest Δ_ST "
-                        "(Friede et al. Table 1 'Selection'; run python -m disentangle.select first)")
-    p.add_argument("--select-by", default="mean", choices=("mean", "best-seed"),
+                        "(Friede et al. Table 1 'Selection'; run python -m disentangle.select first); labels: add "
+                        "per group the run with the highest held-out-label MIG (Friede et al. §6.4; "
+                        "python -m disentangle.select --rule labels first); default none")
+    p.add_argument("--select-by", default=None, choices=("mean", "best-seed"),
                    help="rank configurations by their mean (default) or by their best run (Cliff §7.4)")
     p.add_argument("--psnr-min", default=None, metavar="DB|DATA=DB,...|tripod|MODEL-MARGIN",
-                   help="reconstruction filter: keep configurations whose mean PSNR reaches the threshold: a number, "
-                        "per dataset, 'tripod' (the Tripod paper's 38/42/34/40 dB) or e.g. 'ae-1' (1 dB below the "
-                        "AE's best mean PSNR on that dataset: QLAE's 'near-perfect reconstruction')")
+                   help="reconstruction threshold: a number, per dataset, 'tripod' (the Tripod paper's "
+                        "38/42/34/40 dB) or e.g. 'ae-1' (1 dB below the AE's best mean PSNR on that dataset: QLAE's "
+                        "'near-perfect reconstruction'); with --select-checkpoint best-*, the threshold of each "
+                        "evaluation, otherwise of a configuration's mean PSNR")
     p.add_argument("--metrics", nargs="+", default=None, metavar="METRIC",
                    help="metrics to report, space or comma separated (default: every scalar metric present)")
-    p.add_argument("--pool", nargs="+", default=(), metavar="KEY",
-                   help="hyperparameters to pool with the seeds (e.g. gamma: Friede et al.'s medians over all γ), "
-                        "or 'all'")
-    p.add_argument("--ddof", type=int, default=1, choices=(0, 1),
+    p.add_argument("--pool", nargs="+", default=None, metavar="KEY",
+                   help="hyperparameters to pool with the seeds (e.g. tc_discriminator.weight: Friede et al.'s "
+                        "medians over all γ), or 'all'")
+    p.add_argument("--ddof", type=int, default=None, choices=(0, 1),
                    help="degrees of freedom of the standard deviation (1, default; 0 = the QLAE authors' script)")
     p.add_argument("--compare-paper", action="append", default=[], metavar="PAPER:TABLE",
                    help="put the published value next to each cell (e.g. qlae:12, tripod:1, friede:1; "
@@ -55,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-aggregate", action="store_true",
                    help="with several datasets, leave out the 'aggregated' table (per model, the mean over the "
                         "datasets of each per-dataset mean, errors propagated: QLAE Tables 1-2, Tripod Table 1)")
+    p.add_argument("--no-sweep-rule", action="store_true",
+                   help="ignore the rule of the sweep files the directories came from (their '# Report:' line)")
     p.add_argument("--published", type=Path, default=None, metavar="CSV",
                    help="take the published numbers from this CSV (the package file's columns) instead")
     p.add_argument("--figure", type=Path, default=None,
@@ -70,15 +86,46 @@ def _split(values) -> list[str]:
     return [v for item in values or () for v in str(item).split(",") if v]
 
 
+# the rule options: their value when neither the command line nor a sweep file sets them
+RULE_DEFAULTS = {"select_checkpoint": "final", "stat": "ci95", "select": "none", "select_by": "mean",
+                 "psnr_min": None, "pool": [], "ddof": 1}
+
+
+def resolve_rule(args: argparse.Namespace) -> list[str]:
+    """Fill ``args``' rule options: the command line's, else the sweeps' rule (``# Report:`` lines), else the
+    defaults; returns the lines saying where the rule came from. Raises ReportError when the sweeps disagree."""
+    from .reporting import ReportError
+    from .reporting.sweeps import find_rules, merge_rules
+
+    given = {name: getattr(args, name) for name in RULE_DEFAULTS if getattr(args, name) is not None}
+    lines: list[str] = []
+    if not args.no_sweep_rule:
+        rules, warnings = find_rules(args.dirs)
+        for line in warnings:
+            print(line, file=sys.stderr)
+        try:
+            merged, lines = merge_rules(rules, given)
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
+        for name, value in merged.items():
+            setattr(args, name, value)
+    for name, value in RULE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from .reporting import RENDERERS, ReportError, build_report
 
     args = parse_args(argv)
     try:
+        rule_lines = resolve_rule(args)
         rep, empty = build_report(
             args.dirs, stat=args.stat, select=args.select, select_by=args.select_by, psnr_min=args.psnr_min,
             metrics=_split(args.metrics) or None, pool=_split(args.pool), ddof=args.ddof,
-            compare=args.compare_paper, published=args.published, across_data=not args.no_aggregate)
+            compare=args.compare_paper, published=args.published, across_data=not args.no_aggregate,
+            select_checkpoint=args.select_checkpoint, rule_lines=rule_lines)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.code
@@ -99,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     text = RENDERERS[args.format](rep)
     sys.stdout.write(text)
     if args.format != "md":  # md carries these in its own sections; latex has them as comments too
-        for line in [*rep.notes, *rep.aggregation, *rep.warnings]:
+        for line in [*rep.rules, *rep.notes, *rep.aggregation, *rep.warnings]:
             print(line, file=sys.stderr)
         for r in rep.left_out:
             print(f"left out: {r.path}: {r.error}", file=sys.stderr)

@@ -11,6 +11,13 @@
 * ``delta_st`` (Friede et al. §7, Table 1 "Selection"): per dataset, pooling every run that has ``delta_st`` in its
   ``metrics.json`` (``python -m disentangle.select DIR`` stores it), the single run with the smallest gap. It adds a
   ``selection:<model>`` row per dataset to the table.
+* ``labels`` (Friede et al. §6.4 and spec categorical_vae.md §6, after Locatello et al. 2020: semi-supervised
+  models are selected on the 10% of the labelled examples held out of training): per group (model, data and the
+  hyperparameters not pooled; pool ω and the seeds with ``--pool``), the run with the highest
+  ``label_validation_mig`` (``python -m disentangle.select DIR --rule labels`` stores it), as a ``labels:<model>``
+  row after its group.
+
+The per-run rule (which evaluation of a run counts) is :mod:`.checkpoints`.
 """
 from __future__ import annotations
 
@@ -152,4 +159,31 @@ def select_delta_st(runs: Sequence[Run], params: Sequence[Param], metrics: Seque
     lacking = [r for r in runs if r.data in pools and r not in pools[r.data]]
     if lacking:
         notes.append(f"note: {len(lacking)} run(s) have no delta_st and are not in the Δ_ST pool")
+    return groups, notes
+
+
+LABEL_KEY = "label_validation_mig"
+
+
+def select_labels(agg: Aggregate, ddof: int = 1) -> tuple[list[Group], list[str]]:
+    """Every group of ``agg``, each followed by a one-run group ``labels:<model>`` holding its run with the highest
+    held-out-label MIG (Friede et al. §6.4; Locatello et al. 2020's semi-supervised model selection); raises
+    ValueError when no run has it."""
+    if not any(LABEL_KEY in r.metrics for g in agg.groups for r in g.runs):
+        raise ValueError(f"--select labels: no run has {LABEL_KEY} in its metrics.json; measure it first with "
+                         f"`python -m disentangle.select DIR --rule labels`")
+    groups, notes = [], []
+    for g in agg.groups:
+        groups.append(g)
+        pool = [r for r in g.runs if math.isfinite(r.metrics.get(LABEL_KEY, math.nan))]
+        if not pool:
+            notes.append(f"note: {g.label()}: no run has {LABEL_KEY}; no labels row")
+            continue
+        best = max(pool, key=lambda r: r.metrics[LABEL_KEY])
+        row = Group(f"labels:{g.model}", g.data, dict(g.params), [best],
+                    note=f"held-out-label MIG {best.metrics[LABEL_KEY]:.4g}, highest of {len(pool)} runs: {best.path}")
+        row.stats = {m: summarize([best.metrics[m]], ddof=ddof) for m in agg.metrics if m in best.metrics}
+        groups.append(row)
+        notes.append(f"{g.label()}: held-out-label selection picked {best.path} "
+                     f"({LABEL_KEY} {best.metrics[LABEL_KEY]:.4g}) from {len(pool)} runs")
     return groups, notes

@@ -6,6 +6,10 @@ A run directory is one holding ``.hydra/config.yaml`` (a ``disentangle.train`` j
 ``error`` (one line) so that the report can list it: no ``metrics.json`` (failed or still running; the job's
 ``error.txt`` line, else the last error line of its ``train.log``, is quoted), an unreadable file, or a config
 that lacks ``model.name`` or ``data.name``.
+
+``metrics.json`` is the run's final evaluation; ``metrics_history.jsonl`` (:func:`read_history`) holds every
+evaluation, periodic and final, one JSON object a line (``step``, ``final`` and the scalar metric keys), which the
+per-run rules of :mod:`.checkpoints` choose from.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from typing import Any
 
 # metrics.json entries that are numbers but not results
 NOT_METRICS = frozenset({"step", "n_samples", "eval_seconds", "wall_seconds", "batches", "delta_st_settings"})
+# every evaluation of a run, one JSON object a line (disentangle.callbacks.outputs.HISTORY_FILE; not imported: torch)
+HISTORY_FILE = "metrics_history.jsonl"
 _SKIP_DIRS = frozenset({".hydra", "wandb", "csv", "checkpoints", "__pycache__", ".git"})
 _ERROR_LINE = re.compile(r"\b(error|exception|traceback|non-finite|nan loss)\b|\[ERROR\]", re.IGNORECASE)
 
@@ -38,6 +44,8 @@ class Run:
     overrides: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    step: int | None = None        # the training step of the evaluation ``metrics`` come from
+    evaluation: str = ""           # which evaluation that is, when a per-run rule chose it (one line)
 
     @property
     def ok(self) -> bool:
@@ -179,7 +187,49 @@ def read_run(path: Path) -> Run:
         return run
     run.model, run.data = str(run.model), str(run.data)
     run.metrics = scalar_metrics(record)
+    run.step = _step(record.get("step"))
     return run
+
+
+def _step(value) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        else None
+
+
+@dataclass
+class Evaluation:
+    """One line of ``metrics_history.jsonl``: the step, whether it is the final evaluation, its scalar metrics."""
+
+    step: int | None
+    final: bool
+    metrics: dict[str, float]
+
+
+def read_history(path: Path) -> tuple[list[Evaluation] | None, str]:
+    """The evaluations of a ``metrics_history.jsonl`` in file order and a note; ``(None, why)`` when the file is
+    missing, unreadable or holds no evaluation. Lines that are not JSON objects (one cut by a kill) are skipped and
+    counted in the note."""
+    path = Path(path)
+    if not path.is_file():
+        return None, f"no {path.name}"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        return None, f"{path.name} unreadable: {' '.join(str(exc).split())}"
+    out, bad = [], 0
+    for line in filter(str.strip, lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict):
+            bad += 1
+            continue
+        out.append(Evaluation(_step(entry.get("step")), entry.get("final") is True, scalar_metrics(entry)))
+    note = f"{bad} unreadable line(s) of {path.name} skipped" if bad else ""
+    if not out:
+        return None, f"{path.name} holds no evaluation" + (f" ({note})" if note else "")
+    return out, note
 
 
 def scalar_metrics(record: dict) -> dict[str, float]:
