@@ -2,9 +2,11 @@
 
 Weight decay is not a loss term; it lives in the optimizer's parameter groups (``decay_groups``).
 """
+from .annealed import AnnealedCapacity, annealed_capacity
 from .base import Regularizer, StepContext, batch_std
 from .bio import BiologicalConstraints, biological_constraints
 from .cliff import Cliff, cliff_terms
+from .dip_vae import DIPVAE, dip_vae_penalty
 from .hfs import HausdorffFactorizedSupport, hausdorff_factorized_support
 from .ioss import IOSS, ioss
 from .klm import KernelMultiInformation, kernel_multi_information
@@ -15,8 +17,10 @@ from .tcvae import DecomposedKL, tcvae_decomposition
 from .weight_decay import decay_groups
 
 __all__ = [
+    "DIPVAE",
     "IOSS",
     "AdversarialTotalCorrelation",
+    "AnnealedCapacity",
     "BiologicalConstraints",
     "Cliff",
     "DecomposedKL",
@@ -26,11 +30,13 @@ __all__ = [
     "NormalizedHessianPenalty",
     "Regularizer",
     "StepContext",
+    "annealed_capacity",
     "batch_std",
     "binned_cross_entropy",
     "biological_constraints",
     "cliff_terms",
     "decay_groups",
+    "dip_vae_penalty",
     "discriminator_loss",
     "hausdorff_factorized_support",
     "ioss",

@@ -62,6 +62,12 @@ METHOD_NAMES: dict[str, tuple[str, ...]] = {
     "factordvae_friede": ("FactorDVAE", "F-DVAE"),
     "dvae_friede_masked": ("D-VAE (M)",),
     "factordvae_friede_masked": ("FactorDVAE (M)", "F-DVAE (M)"),
+    # the rows Friede et al. copy from Locatello et al. (starred), rerun on the same protocol
+    "betavae_friede": ("β-VAE",),
+    "betatcvae_friede": ("β-TCVAE",),
+    "dip_vae_i_friede": ("DIP-VAE-I",),
+    "dip_vae_ii_friede": ("DIP-VAE-II",),
+    "annealed_vae_friede": ("AnnealedVAE",),
 }
 SELECTION_NAME = "Selection"  # Friede Table 1's row for the Δ_ST-selected model
 # the datasets the papers' "aggregated" rows (QLAE Tables 1-2, Tripod Table 1) are the mean over
