@@ -196,6 +196,48 @@ def test_the_sweeps_hold_locatello_et_als_grids(sweep):
     assert cfg.data.seed == 7 and cfg.data.sampling == "uniform_factors"
 
 
+def _fake_run(root: Path, name: str, model: str, seed: int, lambda_od: float, mig: float) -> None:
+    """A run directory as a sweep job writes it (.hydra/config.yaml with interpolations, overrides, metrics.json)."""
+    import yaml
+
+    d = root / name
+    (d / ".hydra").mkdir(parents=True)
+    cfg = {"seed": seed, "data": {"name": "dsprites", "seed": "${seed}"},
+           "model": {"name": model, "regularizers": {"dip_vae": {"lambda_od": lambda_od}}}}
+    (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
+        [f"model={model}", f"model.regularizers.dip_vae.lambda_od={lambda_od}", "data=dsprites", f"seed={seed}"]))
+    (d / "metrics.json").write_text(json.dumps({"mig": mig, "method": model, "data": "dsprites", "step": 300_000}))
+
+
+def test_report_puts_each_rerun_row_beside_its_starred_value(tmp_path, capsys):
+    """The DIP-VAE sweep's directory: its # Report: rule pools λ_od with the seeds (median and quartiles), and
+    --compare-paper friede:5 finds the DIP-VAE-I* / DIP-VAE-II* rows."""
+    import yaml
+
+    from disentangle.report import main as report_main
+
+    root = tmp_path / "multirun"
+    root.mkdir()
+    sources = [{"path": str(ROOT / "sweeps"), "schema": "file", "provider": "command-line"}]
+    (root / "multirun.yaml").write_text(yaml.safe_dump(
+        {"hydra": {"job": {"config_name": "friede_locatello_dip_vae"}, "runtime": {"config_sources": sources}}}))
+    j = 0
+    for model, migs in (("dip_vae_i_friede", (0.02, 0.03, 0.04, 0.05)), ("dip_vae_ii_friede", (0.2, 0.3, 0.4, 0.5))):
+        for (lambda_od, seed), mig in zip(itertools.product((1.0, 50.0), (0, 1)), migs):
+            _fake_run(root, f"{j}_{model}", model, seed, lambda_od, mig)
+            j += 1
+    rc = report_main([str(root), "--compare-paper", "friede:5", "--metrics", "mig", "--format", "csv", "--no-figure"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    rows = {r["model"]: r for r in csv.DictReader(out.splitlines())}
+    assert set(rows) == {"dip_vae_i_friede", "dip_vae_ii_friede"} and "friede_locatello_dip_vae.yaml" in err
+    first, second = rows["dip_vae_i_friede"], rows["dip_vae_ii_friede"]
+    assert (first["n"], float(first["mig_median"])) == ("4", pytest.approx(0.035))
+    assert (float(first["mig_paper"]), first["mig_inside"]) == (0.036, "1")       # in [0.019, 0.094]
+    assert (float(second["mig_paper"]), second["mig_inside"]) == (0.062, "0")     # 0.35 not in [0.036, 0.086]
+
+
 # -- bad input: one line, before training ----------------------------------------------------------------------------
 @pytest.mark.parametrize("overrides, message", [
     (["model=dip_vae_i_friede", "model.regularizers.dip_vae.lambda_od=-1"], "lambda_od must be a non-negative number"),
