@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install demo test test-slow bench docs clean
+.PHONY: install demo test test-slow chaos docs clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
+
+# A chaos sweep: 4 short jobs with auto_resume=true, SIGKILLed at random (seeded) times and relaunched until they
+# finish; every job's final metrics must equal its uninterrupted twin's. CHAOS_ARGS="--kills 8 --launcher joblib" etc.
+chaos: install
+	$(PY) -m disentangle.chaos $(CHAOS_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/, failing on any warning;
 # `make docs SERVE=1` serves it with live reload at http://127.0.0.1:8000 instead.

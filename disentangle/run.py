@@ -77,9 +77,16 @@ def train(cfg: DictConfig) -> dict:
     ckpt_path = find_checkpoint(cfg.get("resume"), cfg.paths.output_dir, bool(cfg.get("auto_resume", False)))
     resumed_step = None
     if ckpt_path is not None:
-        resumed_step = int(check_checkpoint(ckpt_path)["global_step"])
+        try:
+            resumed_step = int(check_checkpoint(ckpt_path)["global_step"])
+        except ConfigError:
+            restore_run_config(cfg.paths.output_dir)  # Hydra rewrote .hydra/ before this job started: undo it
+            raise
+    keep_run_config(cfg.paths.output_dir)
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
     job = build(cfg)
+    if ckpt_path is None and cfg.get("auto_resume") and job.trainer.is_global_zero:
+        trim_logs(cfg.paths.output_dir, 0)  # killed before its first checkpoint: start over without its logs
     if ckpt_path is not None:
         if job.trainer.is_global_zero:
             trim_logs(cfg.paths.output_dir, resumed_step)
@@ -101,6 +108,29 @@ def train(cfg: DictConfig) -> dict:
         title = f"{cfg.model.name} on {cfg.data.name}: final evaluation"
         print_summary(title, result, job.evaluation.artifacts if job.evaluation else {})
     return result
+
+
+CONFIG_COPY = Path("checkpoints") / "hydra"  # the .hydra/ files of the last start that went ahead
+
+
+def keep_run_config(output_dir) -> None:
+    """Copy the run's ``.hydra/*.yaml`` (written by Hydra for this start) beside the checkpoints, so that a later start
+    which stops on a bad checkpoint can put them back (:func:`restore_run_config`)."""
+    source, target = Path(output_dir) / ".hydra", Path(output_dir) / CONFIG_COPY
+    if not source.is_dir():
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.glob("*.yaml"):
+        (target / path.name).write_bytes(path.read_bytes())
+
+
+def restore_run_config(output_dir) -> None:
+    """Put back the ``.hydra/*.yaml`` of the last start that went ahead (a multirun job's Hydra writes them before
+    the job can check its checkpoint; a single run checks before Hydra, in ``disentangle.train``)."""
+    source, target = Path(output_dir) / CONFIG_COPY, Path(output_dir) / ".hydra"
+    if source.is_dir() and target.is_dir():
+        for path in source.glob("*.yaml"):
+            (target / path.name).write_bytes(path.read_bytes())
 
 
 def print_summary(title: str, result: dict, artifacts: dict) -> None:

@@ -69,7 +69,10 @@ def resume_arguments(args: list[str]) -> list[str]:
     ``trainer.max_steps=...``) and ``hydra.run.dir`` points at it. Other arguments come back unchanged (a
     ``.ckpt`` file as ``resume`` starts a new directory from that checkpoint)."""
     value = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
-    if not value or "-m" in args or "--multirun" in args or not Path(value).expanduser().is_dir():
+    multirun = "-m" in args or "--multirun" in args
+    if not value and not multirun:
+        _check_auto_resume(args)
+    if not value or multirun or not Path(value).expanduser().is_dir():
         return args
     run_dir = Path(value).expanduser()
     stored = run_dir / ".hydra" / "overrides.yaml"
@@ -89,6 +92,25 @@ def resume_arguments(args: list[str]) -> list[str]:
                 if _override_key(o) not in given and _override_key(o) not in ("resume", "auto_resume")]
     extra = [] if "hydra.run.dir" in given else [f"hydra.run.dir={run_dir}"]
     return [*previous, *args, *extra]
+
+
+def _check_auto_resume(args: list[str]) -> None:
+    """``auto_resume=true`` with ``hydra.run.dir=DIR`` whose ``checkpoints/last.ckpt`` is unreadable or partial: stop
+    in one line before Hydra writes DIR/.hydra, so the run directory stays as it was."""
+    flag = next((a.split("=", 1)[1] for a in args if _override_key(a) == "auto_resume"), "false")
+    run_dir = next((a.split("=", 1)[1] for a in args if _override_key(a) == "hydra.run.dir"), None)
+    if flag.lower() != "true" or not run_dir:
+        return
+    from .checkpointing import check_checkpoint, find_checkpoint
+
+    last = find_checkpoint(None, Path(run_dir).expanduser(), auto_resume=True)
+    if last is None:
+        return
+    try:
+        check_checkpoint(last)
+    except ConfigError as exc:
+        print(f"error: {config.one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _override_key(override: str) -> str:

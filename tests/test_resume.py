@@ -24,8 +24,9 @@ from disentangle.run import train
 RESUME = [o for o in FAST if not o.startswith(("trainer.max_steps", "callbacks.checkpoint", "callbacks.evaluation.every"))]
 RESUME += ["trainer.max_steps=40", "callbacks.checkpoint.every_n_train_steps=8", "callbacks.evaluation.every_n_steps=20",
            "+trainer.deterministic=true", "trainer.log_every_n_steps=5"]
-# parameterised over models: a deterministic and a quantized latent, a stochastic latent, an adversarial regularizer
-MODELS = ["ae", "tripod", "betavae", "factorvae"]
+# the CLI's resume=<run dir> for a deterministic latent; every model family's kill and resume (auto_resume) is in
+# test_resume_families.py, so the other three run with make test-slow
+MODELS = ["ae", *(pytest.param(m, marks=pytest.mark.slow) for m in ("tripod", "betavae", "factorvae"))]
 
 
 def _start(args: list[str]) -> subprocess.Popen:
@@ -116,6 +117,23 @@ def test_resume_from_a_corrupt_or_missing_checkpoint_stops_in_one_line_and_chang
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr[-2000:]
     assert "unreadable" in res.stderr and "last.ckpt" in res.stderr
     assert _snapshot(run_dir) == before
+    # auto_resume into the run's directory: checked before Hydra writes .hydra/ (nothing changes either)
+    res = run_cli(*FAST, "model=ae", "data=shapes2d", "auto_resume=true", f"hydra.run.dir={run_dir}")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "unreadable" in res.stderr, res.stderr[-2000:]
+    assert _snapshot(run_dir) == before
+    # a multirun job's Hydra writes .hydra/ before the job can check: the job puts the files back
+    job_dir = run_dir.parent / "sweep" / "0_ae_shapes2d"
+    job_dir.parent.mkdir()
+    run_dir.rename(job_dir)
+    before = _snapshot(job_dir)
+    res = run_cli("-m", *FAST, "model=ae", "data=shapes2d", "auto_resume=true", "trainer.max_steps=6",
+                  f"hydra.sweep.dir={job_dir.parent}")
+    assert res.returncode == 1 and "unreadable" in (job_dir / "error.txt").read_text()
+    after = _snapshot(job_dir)
+    assert {k: v for k, v in after.items() if k.startswith(".hydra")} == {
+        k: v for k, v in before.items() if k.startswith(".hydra")}
+    run_dir = job_dir
+    last = run_dir / "checkpoints" / "last.ckpt"
     last.unlink()
     res = run_cli(f"resume={run_dir}")
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "no checkpoint" in res.stderr, res.stderr[-2000:]
@@ -210,3 +228,26 @@ def test_the_objective_applies_the_reconstruction_filter():
     assert objective(OmegaConf.create({"sweep_objective": {"metric": None}}), {"infom": 0.7}) is None
     with pytest.raises(Exception, match="sweep_objective.metric='mig'"):
         objective(OmegaConf.create({"sweep_objective": {"metric": "mig"}}), {"infom": 0.7})
+
+
+# -- the joblib launcher; a chaos sweep -------------------------------------------------------------------------
+def test_a_joblib_multirun_runs_its_jobs_in_worker_processes_and_reports_a_failing_one(tmp_path):
+    res = run_cli("-m", *SWEEP, "data=shapes2d", "model=ae", "model.optimizer.lr=0.001,-1", "hydra/launcher=joblib",
+                  "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path}", timeout=300)
+    assert res.returncode == 1, res.stderr[-3000:]
+    import yaml
+
+    launcher = yaml.safe_load((tmp_path / "multirun.yaml").read_text())["hydra"]["launcher"]
+    assert launcher["_target_"].endswith("JoblibLauncher") and launcher["n_jobs"] == 2
+    assert json.loads((tmp_path / "0_ae_shapes2d" / "metrics.json").read_text())["step"] == 4
+    assert (tmp_path / "1_ae_shapes2d" / "error.txt").read_text().startswith("error: model.optimizer.lr must be > 0")
+    assert f"sweep {tmp_path}: 1 of 2 jobs succeeded, 1 failed" in res.stdout
+
+
+@pytest.mark.slow
+def test_a_chaos_sweep_survives_random_kills_with_the_uninterrupted_results(tmp_path):
+    from disentangle.chaos import chaos
+
+    report = chaos(tmp_path, jobs=4, kills=3, seed=1, launcher="joblib", log=lambda line: None)
+    assert report["kills"] == 3 and report["launches"] >= 4
+    assert report["problems"] == []

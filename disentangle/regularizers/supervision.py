@@ -77,6 +77,9 @@ class LabelSupervision(Regularizer):
         if have != wanted:
             raise ValueError(f"loss={self.loss_kind} supervises a {wanted} latent, but the model's latent is "
                              f"{have or 'deterministic'}; use loss=auto")
+        if self.loss_kind == "binned_ce" and spec.n_categories is None:  # Eq. 7 bins factors into ordered categories
+            raise ValueError(f"loss=binned_ce needs ordered categories per latent (model/latent=categorical); "
+                             f"{spec.module}'s codes are unordered")
         self.n_latents = model.n_latents
         self.n_categories = spec.n_categories
 
