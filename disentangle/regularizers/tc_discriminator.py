@@ -156,7 +156,10 @@ class AdversarialTotalCorrelation(Regularizer):
         optimizer.zero_grad(set_to_none=True)
         joint_logits, permuted_logits = self.discriminator(joint), self.discriminator(permuted)
         loss = discriminator_loss(joint_logits, permuted_logits)
-        model.backward_update(loss)  # under DDP: D's gradients averaged across processes
+        if model is not None:
+            model.backward_update(loss)  # through Lightning: under DDP, D's gradients averaged across processes
+        else:  # the discriminator on its own (no model)
+            loss.backward()
         optimizer.step()
         accuracy = 0.5 * ((joint_logits.argmax(1) == 0).float().mean() + (permuted_logits.argmax(1) == 1).float().mean())
         return {"disc_loss": loss.detach(), "disc_accuracy": accuracy.detach()}
