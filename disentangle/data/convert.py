@@ -14,7 +14,8 @@ for Falcor3D and Isaac3D (qlae.md §7.4).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import h5py
@@ -26,6 +27,19 @@ from .formats import RESOLUTION, FormatError, downsample, read_raw
 def partial_path(cache_path: Path) -> Path:
     cache_path = Path(cache_path)
     return cache_path.with_name(cache_path.name + ".partial")
+
+
+@contextmanager
+def written_atomically(target: Path) -> Iterator[Path]:
+    """The path to write ``target``'s content to (``<target>.partial``): renamed onto ``target`` when the block ends
+    normally, removed when it raises (or is interrupted)."""
+    partial = partial_path(target)
+    try:
+        yield partial
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def is_complete(cache_path) -> bool:
@@ -52,41 +66,35 @@ def convert(name: str, raw_path, cache_path, *, variant: str | None = None,
         return cache_path
     raw = read_raw(name, Path(raw_path), variant=variant, factor_sizes=factor_sizes, progress=progress)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    partial = partial_path(cache_path)
     n, c = raw.n, raw.num_channels
-    try:
-        with h5py.File(partial, "w") as f:
-            images = f.create_dataset("images", shape=(n, c, RESOLUTION, RESOLUTION), dtype=np.uint8)
-            f.create_dataset("factors", data=np.ascontiguousarray(raw.factors, dtype=np.int64))
-            f.attrs["factor_names"] = list(raw.factor_names)
-            f.attrs["factor_sizes"] = np.asarray(raw.factor_sizes, dtype=np.int64)
-            if raw.nuisance is not None:
-                f.create_dataset("nuisance", data=np.ascontiguousarray(raw.nuisance, dtype=np.int64))
-                f.attrs["nuisance_names"] = list(raw.nuisance_names)
-                f.attrs["nuisance_sizes"] = np.asarray(raw.nuisance_sizes, dtype=np.int64)
-            f.attrs["source"] = raw.source.name
-            f.attrs["dataset"] = name
-            if variant is not None:
-                f.attrs["variant"] = variant
-            done = 0
-            bar = _progress(n, f"{name} -> {cache_path.name}", progress)
-            try:
-                for start, block in raw.iter_images(chunk):
-                    if start != done or block.shape[1:] != (c, RESOLUTION, RESOLUTION):
-                        raise FormatError(f"{raw.source}: image stream out of order or of wrong shape "
-                                          f"at index {start} ({tuple(block.shape)})")
-                    images[start:start + len(block)] = block
-                    done += len(block)
-                    bar.update(len(block))
-            finally:
-                bar.close()
-            if done != n:
-                raise FormatError(f"{raw.source}: read {done} images, expected {n}")
-            f.attrs["complete"] = True
-        os.replace(partial, cache_path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with written_atomically(cache_path) as partial, h5py.File(partial, "w") as f:
+        images = f.create_dataset("images", shape=(n, c, RESOLUTION, RESOLUTION), dtype=np.uint8)
+        f.create_dataset("factors", data=np.ascontiguousarray(raw.factors, dtype=np.int64))
+        f.attrs["factor_names"] = list(raw.factor_names)
+        f.attrs["factor_sizes"] = np.asarray(raw.factor_sizes, dtype=np.int64)
+        if raw.nuisance is not None:
+            f.create_dataset("nuisance", data=np.ascontiguousarray(raw.nuisance, dtype=np.int64))
+            f.attrs["nuisance_names"] = list(raw.nuisance_names)
+            f.attrs["nuisance_sizes"] = np.asarray(raw.nuisance_sizes, dtype=np.int64)
+        f.attrs["source"] = raw.source.name
+        f.attrs["dataset"] = name
+        if variant is not None:
+            f.attrs["variant"] = variant
+        done = 0
+        bar = _progress(n, f"{name} -> {cache_path.name}", progress)
+        try:
+            for start, block in raw.iter_images(chunk):
+                if start != done or block.shape[1:] != (c, RESOLUTION, RESOLUTION):
+                    raise FormatError(f"{raw.source}: image stream out of order or of wrong shape "
+                                      f"at index {start} ({tuple(block.shape)})")
+                images[start:start + len(block)] = block
+                done += len(block)
+                bar.update(len(block))
+        finally:
+            bar.close()
+        if done != n:
+            raise FormatError(f"{raw.source}: read {done} images, expected {n}")
+        f.attrs["complete"] = True
     return cache_path
 
 
@@ -106,33 +114,27 @@ def derive_resolution(cache_path, resolution: int, *, chunk: int = 2048, progres
         return target
     if not is_complete(source):
         raise FormatError(f"{source}: not a complete cache to derive {resolution} px images from")
-    partial = partial_path(target)
-    try:
-        with h5py.File(source, "r") as src, h5py.File(partial, "w") as dst:
-            images = src["images"]
-            n, c = images.shape[:2]
-            out = dst.create_dataset("images", shape=(n, c, int(resolution), int(resolution)), dtype=np.uint8)
-            for key in ("factors", "nuisance"):
-                if key in src:
-                    dst.create_dataset(key, data=src[key][...])
-            for key, value in src.attrs.items():
-                if key != "complete":
-                    dst.attrs[key] = value
-            dst.attrs["derived_from"] = source.name
-            dst.attrs["resampling"] = "bicubic, antialiased"
-            bar = _progress(n, f"{source.name} -> {target.name}", progress)
-            try:
-                for start in range(0, n, chunk):
-                    block = images[start:start + chunk]
-                    out[start:start + len(block)] = downsample(block, int(resolution), mode="bicubic")
-                    bar.update(len(block))
-            finally:
-                bar.close()
-            dst.attrs["complete"] = True
-        os.replace(partial, target)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with written_atomically(target) as partial, h5py.File(source, "r") as src, h5py.File(partial, "w") as dst:
+        images = src["images"]
+        n, c = images.shape[:2]
+        out = dst.create_dataset("images", shape=(n, c, int(resolution), int(resolution)), dtype=np.uint8)
+        for key in ("factors", "nuisance"):
+            if key in src:
+                dst.create_dataset(key, data=src[key][...])
+        for key, value in src.attrs.items():
+            if key != "complete":
+                dst.attrs[key] = value
+        dst.attrs["derived_from"] = source.name
+        dst.attrs["resampling"] = "bicubic, antialiased"
+        bar = _progress(n, f"{source.name} -> {target.name}", progress)
+        try:
+            for start in range(0, n, chunk):
+                block = images[start:start + chunk]
+                out[start:start + len(block)] = downsample(block, int(resolution), mode="bicubic")
+                bar.update(len(block))
+        finally:
+            bar.close()
+        dst.attrs["complete"] = True
     return target
 
 
