@@ -101,6 +101,10 @@ def train(cfg: DictConfig) -> dict:
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     start = time.perf_counter()
     job.trainer.fit(job.model, datamodule=job.datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path))
+    if job.evaluation is not None and resumed_step is not None and resumed_step >= job.trainer.max_steps:
+        # killed after its last checkpoint, during the final evaluation: Lightning does not run a finished loop
+        # again (no on_train_end), so the final evaluation of the restored weights is done here
+        job.evaluation.finish(job.trainer, job.model)
     wall = time.perf_counter() - start
     result = dict(job.evaluation.last or {}) if job.evaluation else {}
     result["wall_seconds"] = wall

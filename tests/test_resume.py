@@ -251,3 +251,24 @@ def test_a_chaos_sweep_survives_random_kills_with_the_uninterrupted_results(tmp_
     report = chaos(tmp_path, jobs=4, kills=3, seed=1, launcher="joblib", log=lambda line: None)
     assert report["kills"] == 3 and report["launches"] >= 4
     assert report["problems"] == []
+
+
+def test_a_run_killed_during_its_final_evaluation_resumes_to_it(tmp_path):
+    """The last checkpoint is written, then the kill comes during the final evaluation: resuming from a finished
+    loop runs no step (Lightning skips it), and the final evaluation is still made, equal to the uninterrupted one."""
+    args = [*FAST, "model=ae", "data=shapes2d", "+trainer.deterministic=true"]
+    run_dir = tmp_path / "run"
+    train(compose_config(args, output_dir=run_dir))
+    expected = json.loads((run_dir / "metrics.json").read_text())
+    (run_dir / "metrics.json").unlink()  # what the kill left: no metrics.json, no final history entry
+    history = run_dir / "metrics_history.jsonl"
+    history.write_text("".join(line + "\n" for line in history.read_text().splitlines()
+                               if not json.loads(line)["final"]))
+    result = train(compose_config([*args, "auto_resume=true"], output_dir=run_dir))
+    resumed = json.loads((run_dir / "metrics.json").read_text())
+    assert resumed["step"] == expected["step"] == 4 and result["infom"] == resumed["infom"]
+    for key, value in expected.items():
+        if isinstance(value, float) and key != "eval_seconds":
+            assert resumed[key] == pytest.approx(value, abs=1e-6), key
+    assert [(json.loads(x)["step"], json.loads(x)["final"]) for x in history.read_text().splitlines()] == [
+        (2, False), (4, True)]

@@ -196,6 +196,14 @@ class DisentanglementEvaluation(pl.Callback):
         self._collect(trainer, wait=final)
         return self.last if final else None
 
+    def finish(self, trainer, pl_module: EvaluableModel) -> dict | None:
+        """The final evaluation after ``trainer.fit`` when the fit did not run it: a run resumed from the checkpoint
+        of its last step (the kill came during the final evaluation). Every rank takes part, as in training."""
+        try:
+            return self.evaluate(trainer, pl_module, final=True)
+        finally:
+            self.worker.shutdown()
+
     def run(self, pl_module: EvaluableModel, datamodule, *, step: int = 0, logger=None, final: bool = True,
             write: bool = True, metrics: Sequence[str] | str | None = None) -> dict | None:
         """Evaluate ``pl_module`` on ``datamodule``'s evaluation subset now (on this thread) with ``metrics``
