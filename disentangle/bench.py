@@ -49,6 +49,12 @@ STEP_CASES = [
     ("vae_friede", ["model=vae_friede"]),
     ("factorvae_friede", ["model=factorvae_friede"]),
     ("dvae_friede_masked + sup", ["model=dvae_friede_masked", "+regularizer=supervision"]),  # + a labelled batch
+    # Locatello et al.'s models that Friede et al. quote (starred rows), on the same networks
+    ("betavae_friede", ["model=betavae_friede"]),
+    ("betatcvae_friede", ["model=betatcvae_friede"]),
+    ("dip_vae_i_friede", ["model=dip_vae_i_friede"]),
+    ("dip_vae_ii_friede", ["model=dip_vae_ii_friede"]),
+    ("annealed_vae_friede", ["model=annealed_vae_friede"]),
     ("betavae + cliff", ["model=betavae", "+regularizer=cliff"]),  # Cliff's KDE terms on the QLAE-paper beta-VAE
     ("betavae + hfs", ["model=betavae", "+regularizer=hfs"]),
     ("ae + ioss", ["model=ae", "+regularizer=ioss"]),
