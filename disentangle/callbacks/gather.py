@@ -159,7 +159,7 @@ def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, opti
         metrics=tuple(m for m in metrics if m not in sampled_names),
         sampled_metrics=tuple(m for m in sampled_names if m in metrics) if sampled else (),
         latents=data["latents"], factors=data["factors"], psnr=data["psnr"], mse=data["mse"], sampled=sampled,
-        discrete_latents=spec.discrete, method=model.method, data=datamodule.name,
+        method=model.method, data=datamodule.name,
         factor_names=tuple(datamodule.factor_names), encode_seconds=time.perf_counter() - start,
         model=ModelFacts(device=str(model.device), discrete=spec.discrete, categorical=spec.categorical),
         interventions=interventions, reconstructions=reconstructions, samples=samples,

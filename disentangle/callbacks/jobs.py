@@ -22,12 +22,11 @@ class EvaluationJob:
     factors: np.ndarray  # (n, n_s)
     psnr: np.ndarray | None  # (n,) per-image PSNR in dB
     mse: np.ndarray | None  # (n,) per-image MSE
-    discrete_latents: bool
     method: str
     data: str
     factor_names: tuple[str, ...]
     encode_seconds: float
-    model: ModelFacts = field(default_factory=ModelFacts)  # what metrics' ``auto`` options depend on
+    model: ModelFacts = field(default_factory=ModelFacts)  # the representation's kind and where the model ran
     sampled: dict = field(default_factory=dict)  # FactorVAE/BetaVAE results, computed on the training thread
     sampled_metrics: tuple[str, ...] = ()  # the names of the metrics behind ``sampled``
     interventions: np.ndarray | None = None  # (T, n_z, C, H, W) decoded latent sweeps, in [0, 1]

@@ -46,7 +46,7 @@ def compute_outcome(job: EvaluationJob, metric_fn: Callable[..., dict], options:
     ``auto`` values settled for the job's model), then for a writing job metrics.json and figures."""
     start = time.perf_counter()
     out = metric_fn(
-        job.latents, job.factors, discrete_latents=job.discrete_latents, metrics=job.metrics,
+        job.latents, job.factors, discrete_latents=job.model.discrete, metrics=job.metrics,
         options=resolve_options(options, job.model), psnr=job.psnr, mse=job.mse,
     )
     out = {**job.sampled, **out}
@@ -64,7 +64,7 @@ def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputS
     record = dict(result)
     record.update(
         step=job.step, method=job.method, data=job.data, n_samples=len(job.latents),
-        discrete_latents=job.discrete_latents, factor_names=list(job.factor_names),
+        discrete_latents=job.model.discrete, factor_names=list(job.factor_names),
         metrics=[*job.metrics, *job.sampled_metrics],
     )
     for key, value in out.items():  # the arrays behind the scalars: NMI, active mask, importances, ...

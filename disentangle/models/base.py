@@ -23,7 +23,7 @@ them out as a typed protocol):
 ``decode_intervention(r)``      images in [0, 1] decoded from (edited) representations
 ``can_sample``                  it generates images from its prior (the GANs)
 ``sample(n, seed)``             n generated images in [0, 1]; ``n_samples_figure`` of them go in samples.png
-``loss_terms(x)``               the unweighted training terms of a batch and their weights
+``loss_terms(x)``               an autoencoder's unweighted training terms of a batch and their weights
 ``straight_through_mode(hard)`` Δ_ST's noise-free soft/hard forward (categorical latents)
 ``attach_data(datamodule)``     hand the data module to regularizers that draw examples of their own
 ``label_validation_score()``    a semi-supervised model's MIG on its held-out labelled examples
@@ -152,10 +152,6 @@ class LatentModel(pl.LightningModule):
         return self.latent.spec()
 
     @property
-    def discrete_latents(self) -> bool:
-        return self.latent_spec.discrete
-
-    @property
     def can_reconstruct(self) -> bool:
         """False for an encoder-only model (``model.arch.decoder: null``)."""
         return self.decoder is not None
@@ -237,10 +233,6 @@ class LatentModel(pl.LightningModule):
             self.train(was_training)
             for name, value in counters.items():
                 self.get_buffer(name).copy_(value)
-
-    def loss_terms(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        """All unweighted loss terms of one batch and the weight of each."""
-        raise NotImplementedError
 
     @property
     def updates_per_step(self) -> int:
