@@ -22,6 +22,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
 from . import config as _config  # noqa: F401
+from .precision import autocast_for
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -89,11 +90,12 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2) -> list[float]:
+def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2, precision: str = "32-true") -> list[float]:
     """Seconds per :meth:`Autoencoder.optimization_step` (the model's update, then any discriminator's) and lr
     scheduler step; a model whose discriminator takes a second half-batch gets 2 x ``batch_size`` images, so its
     own update sees ``batch_size`` like the others. A GAN (``n_critic``) is timed over whole periods of n_critic
-    iterations (one generator update each) and reported per iteration, so its generator updates are amortised."""
+    iterations (one generator update each) and reported per iteration, so its generator updates are amortised.
+    ``precision="bf16-mixed"`` (or ``"16-mixed"`` on CUDA) runs each step under autocast, as a Trainer would."""
     model = _model(overrides, batch_size).to(device)
     configured = model.configure_optimizers()
     optimizers, schedulers = configured if isinstance(configured, tuple) else ([configured], [])
@@ -104,7 +106,8 @@ def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2) -> list[f
         _sync(device)
         start = time.perf_counter()
         for _ in range(period):
-            model.optimization_step(x, optimizers)
+            with autocast_for(precision, device):
+                model.optimization_step(x, optimizers)
             for scheduler in schedulers:
                 scheduler.step()
         _sync(device)

@@ -163,5 +163,6 @@ def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, opti
         factor_names=tuple(datamodule.factor_names), encode_seconds=time.perf_counter() - start,
         model=ModelFacts(device=str(model.device), discrete=spec.discrete, categorical=spec.categorical),
         interventions=interventions, reconstructions=reconstructions, samples=samples,
+        runtime=dict(model.runtime),
         intervention_start=model.intervention_start,
     )

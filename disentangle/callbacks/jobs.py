@@ -33,6 +33,7 @@ class EvaluationJob:
     intervention_start: str = "the first evaluation image"  # what the sweeps start from (the figure's title)
     reconstructions: tuple[np.ndarray, np.ndarray] | None = None  # originals, reconstructions (k, C, H, W)
     samples: np.ndarray | None = None  # (n, C, H, W) generated images in [0, 1] (a model that can sample)
+    runtime: dict = field(default_factory=dict)  # what ran (precision, device): recorded in metrics.json
 
 
 @dataclass

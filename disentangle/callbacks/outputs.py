@@ -67,6 +67,7 @@ def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputS
         discrete_latents=job.model.discrete, factor_names=list(job.factor_names),
         metrics=[*job.metrics, *job.sampled_metrics],
     )
+    record.update(job.runtime)  # what ran: trainer precision, device
     for key, value in out.items():  # the arrays behind the scalars: NMI, active mask, importances, ...
         if key not in SCALAR_LABELS and isinstance(value, np.ndarray):
             record[key] = value.round(4).tolist() if value.dtype.kind == "f" else value.tolist()

@@ -23,6 +23,7 @@ them out as a typed protocol):
 ``decode_intervention(r)``      images in [0, 1] decoded from (edited) representations
 ``can_sample``                  it generates images from its prior (the GANs)
 ``sample(n, seed)``             n generated images in [0, 1]; ``n_samples_figure`` of them go in samples.png
+``runtime``                     what ran (trainer precision, device): recorded in metrics.json
 ``loss_terms(x)``               an autoencoder's unweighted training terms of a batch and their weights
 ``straight_through_mode(hard)`` Δ_ST's noise-free soft/hard forward (categorical latents)
 ``attach_data(datamodule)``     hand the data module to regularizers that draw examples of their own
@@ -55,6 +56,7 @@ class EvaluableModel(Protocol):
 
     method: str
     n_samples_figure: int
+    runtime: dict  # what ran (trainer precision, device), recorded in metrics.json
 
     @property
     def device(self) -> torch.device: ...
@@ -142,6 +144,7 @@ class LatentModel(pl.LightningModule):
         self.regularizers = nn.ModuleDict()  # a subclass may fill it; code that walks it finds an empty dict
         self.split_batch = False  # True: each loader batch is two halves, the second for an adversary's negatives
         self.run_config: dict | None = None  # the composed Hydra config, stored in checkpoints
+        self.runtime: dict = {}  # what ran (precision, device; set by disentangle.run), recorded in metrics.json
 
     def check_latent(self, latent: LatentModule) -> None:
         """Refuse a latent module this method cannot use (one ValueError line); any module by default."""
