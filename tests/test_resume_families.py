@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 import torch
@@ -19,22 +18,10 @@ from conftest import CONF, FAST, MODELS, ROOT, compose_config
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
+from disentangle.families import FAMILIES, Family, family_of
 from disentangle.run import train
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-
-
-class Family(NamedTuple):
-    model_class: str
-    latent: str
-    several_updates: bool  # an adversary or the GANs' critic/generator: two optimizers, two backward passes
-    labelled_stream: bool  # a regularizer draws labelled batches of its own (semi-supervised)
-    encoder_only: bool
-
-
-def family_of(model) -> Family:
-    return Family(type(model).__name__, type(model.latent).__name__, model.updates_per_step > 1,
-                  any(reg.needs_data for reg in model.regularizers.values()), not model.can_reconstruct)
 
 
 # short runs on tiny networks: killed after the first checkpoint (step 4), resumed to step 16
@@ -44,34 +31,21 @@ SHORT += ["trainer.max_steps=16", "callbacks.checkpoint.every_n_train_steps=4", 
           "+trainer.deterministic=true", "callbacks.evaluation.metrics=[infomec]", "callbacks.evaluation.figures=false",
           "callbacks.evaluation.n_samples=128"]
 IMAGES = [*SHORT, "data=shapes2d"]
-# encoder-only on Cliff's 2-D data: an MLP encoder, no image options
+# encoder-only on Cliff's 2-D data (FAMILIES selects it with experiment=cliff2d): an MLP encoder, no image options
 CLIFF2D = [o for o in SHORT if not o.startswith(("model/arch", "data.resolution", "model.batch_size"))]
-CLIFF2D += ["experiment=cliff2d", "data.num_samples=256", "data.eval_size=128", "model.batch_size=64",
+CLIFF2D += ["data.num_samples=256", "data.eval_size=128", "model.batch_size=64",
             "callbacks.evaluation.metrics=[mcc]", "callbacks.evaluation.periodic_metrics=[mcc]"]
 
 # semi-supervised: a second, labelled stream of batches drawn by the supervision regularizer
-SEMI = ["experiment=friede_semisupervised", *IMAGES, "model.regularizers.supervision.n_labels=40",
-        "model.regularizers.supervision.batch_size=8"]
+SEMI = [*IMAGES, "model.regularizers.supervision.n_labels=40", "model.regularizers.supervision.batch_size=8"]
 
-REPRESENTATIVES: dict[Family, list[str]] = {
-    Family("Autoencoder", "ContinuousLatent", False, False, False): [*IMAGES, "model=ae"],
-    Family("Autoencoder", "ContinuousLatent", False, False, True): CLIFF2D,
-    Family("Autoencoder", "LatentQuantizer", False, False, False): [*IMAGES, "model=qlae"],
-    Family("Autoencoder", "FixedGridQuantizer", False, False, False): [*IMAGES, "model=tripod"],
-    Family("Autoencoder", "GaussianLatent", False, False, False): [*IMAGES, "model=betavae"],
-    Family("Autoencoder", "GaussianLatent", True, False, False): [*IMAGES, "model=factorvae"],
-    Family("Autoencoder", "VectorQuantizer", False, False, False): [*IMAGES, "model=vqvae"],
-    Family("Autoencoder", "GumbelQuantizer", False, False, False): [*IMAGES, "model=qvae"],
-    Family("Autoencoder", "GumbelQuantizer", True, False, False): [*IMAGES, "model=factorqvae"],
-    Family("Autoencoder", "CategoricalLatent", False, False, False): [*IMAGES, "model=dvae_friede"],
-    Family("Autoencoder", "CategoricalLatent", True, False, False): [*IMAGES, "model=factordvae_friede"],
-    Family("Autoencoder", "CategoricalLatent", False, True, False): [*SEMI, "model=dvae_friede_masked"],
-    Family("Autoencoder", "CategoricalLatent", True, True, False): [*SEMI, "model=factordvae_friede_masked"],
-    Family("Autoencoder", "GaussianLatent", False, True, False): [*SEMI, "model=vae_friede"],
-    Family("Autoencoder", "GaussianLatent", True, True, False): [*SEMI, "model=factorvae_friede"],
-    Family("InfoWGAN", "ContinuousLatent", True, False, False): [*IMAGES, "model=infowgan_gp"],
-    Family("InfoWGAN", "LatentQuantizer", True, False, False): [*IMAGES, "model=qlinfowgan_gp"],
-}
+
+def _short_run(family: Family) -> list[str]:
+    return CLIFF2D if family.encoder_only else SEMI if family.labelled_stream else IMAGES
+
+
+# each family's representative (disentangle.families) with this test's short-run settings
+REPRESENTATIVES: dict[Family, list[str]] = {family: [*_short_run(family), *choice] for family, choice in FAMILIES.items()}
 
 
 def _family_of_config(overrides: list[str]) -> Family:
