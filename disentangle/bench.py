@@ -1,8 +1,10 @@
-"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|terms|data|metrics [--device cuda]``.
+"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|terms|data|metrics|precision [--device cuda]``.
 
 ``steps`` times one full training step (forward, all loss terms, backward, optimizer step) of the
 paper configurations at 64x64 with batch 64, and reports medians and ratios against QLAE measured in
-the same process -- the comparison of the Tripod paper's App. D profiling table. ``terms`` times the
+the same process -- the comparison of the Tripod paper's App. D profiling table; ``steps --precision bf16-mixed``
+times each case in fp32 and bf16 alternately and prints both and their ratio. ``precision`` trains the quickstarts
+over three seeds in both precisions and compares their final metrics (:mod:`disentangle.bench_seeds`). ``terms`` times the
 batch-level support/density regularizers alone (Cliff, IOSS, HFS: forward + backward on a random batch) against the
 Cliff paper's Shapes3D training step with and without Cliff, in one process. ``data`` measures
 batch assembly (random index batch -> float images on the device) in images/s. ``metrics`` times the full
@@ -22,6 +24,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
 from . import config as _config  # noqa: F401
+from .bench_seeds import MODELS as SEED_MODELS
+from .bench_seeds import compare_precisions
 from .precision import autocast_for
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -116,18 +120,33 @@ def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2, precision
     return times
 
 
-def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | None = None) -> None:
+def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | None = None,
+                precision: str | None = None, rounds: int = 3) -> None:
     """Seconds per training step of every case (or those whose label contains one of ``only``), each as a ratio to
-    QLAE's, measured first in the same process."""
+    QLAE's, measured first in the same process. With ``precision`` (``bf16-mixed``, or ``16-mixed`` on CUDA) each
+    case is timed in fp32 and in that precision alternately, ``rounds`` times ``repeats`` steps each, and the table
+    gives both medians and their ratio."""
     dev = torch.device(device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"training step, 64x64, batch {batch_size}, {name}, median of {repeats}")
-    base = None
     cases = [c for c in STEP_CASES if c[0] == "qlae" or not only or any(o in c[0] for o in only)]
+    if precision in (None, "32-true"):
+        print(f"training step, 64x64, batch {batch_size}, {name}, median of {repeats}")
+        base = None
+        for label, overrides in cases:
+            med = statistics.median(time_steps(overrides, dev, batch_size, repeats))
+            base = base or med
+            print(f"  {label:<26} {med:8.3f} s/step   x{med / base:5.2f} vs qlae", flush=True)
+        return
+    print(f"training step, 64x64, batch {batch_size}, {name}: 32-true vs {precision}, alternating, median of "
+          f"{rounds} x {repeats}")
+    print(f"  {'case':<26} {'32-true':>10} {precision:>12} {'speed-up':>9}")
     for label, overrides in cases:
-        med = statistics.median(time_steps(overrides, dev, batch_size, repeats))
-        base = base or med
-        print(f"  {label:<22} {med:8.3f} s/step   x{med / base:5.2f} vs qlae", flush=True)
+        times: dict[str, list[float]] = {"32-true": [], precision: []}
+        for _ in range(rounds):  # alternating rounds: a drift in the machine's speed hits both
+            for p in times:
+                times[p] += time_steps(overrides, dev, batch_size, repeats, precision=p)
+        fp32, mixed = statistics.median(times["32-true"]), statistics.median(times[precision])
+        print(f"  {label:<26} {fp32:8.3f} s {mixed:10.3f} s {fp32 / mixed:8.2f}x", flush=True)
 
 
 def bench_terms(n: int, d: int, repeats: int, device: str) -> None:
@@ -261,6 +280,9 @@ def main(argv=None) -> None:
     steps.add_argument("--batch-size", type=int, default=64)
     steps.add_argument("--only", nargs="+", default=None,
                        help="cases whose label contains one of these (qlae, the baseline, always runs)")
+    steps.add_argument("--precision", default=None, choices=["32-true", "bf16-mixed", "16-mixed"],
+                       help="time fp32 and this precision alternately and print their ratio")
+    steps.add_argument("--rounds", type=int, default=3, help="alternating rounds with --precision")
     terms = sub.add_parser("terms", help="Cliff, IOSS and HFS alone against the Cliff paper's Shapes3D step")
     terms.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     terms.add_argument("--n", type=int, default=64, help="batch size (Shapes3D's: 64)")
@@ -279,9 +301,23 @@ def main(argv=None) -> None:
     metrics.add_argument("--repeats", type=int, default=3)
     metrics.add_argument("--continuous", action="store_true", help="continuous latents (KSG estimator)")
     metrics.add_argument("--seed", type=int, default=0)
+    seeds = sub.add_parser("precision", help="quickstart metrics over seeds in fp32 and bf16-mixed (subprocesses)")
+    seeds.add_argument("--out", type=Path, default=Path("outputs/bench_precision"),
+                       help="run directories; finished runs are reused")
+    seeds.add_argument("--models", nargs="+", default=list(SEED_MODELS))
+    seeds.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    seeds.add_argument("overrides", nargs="*", help="extra training overrides for every run")
     args = parser.parse_args(argv)
     if args.what == "steps":
-        bench_steps(args.device, args.repeats, args.batch_size, args.only)
+        if args.precision:  # the same refusals as a training run (16-mixed off CUDA names bf16-mixed)
+            from .errors import ConfigError
+            from .precision import resolve_precision
+
+            try:
+                resolve_precision(args.precision, args.device)
+            except ConfigError as exc:
+                parser.error(str(exc))
+        bench_steps(args.device, args.repeats, args.batch_size, args.only, args.precision, args.rounds)
     elif args.what == "terms":
         bench_terms(args.n, args.d, args.repeats, args.device)
     elif args.what == "data":
@@ -289,6 +325,8 @@ def main(argv=None) -> None:
     elif args.what == "metrics":
         ok = bench_metrics(args.n, args.latents, args.repeats, args.device, args.continuous, args.seed)
         raise SystemExit(0 if ok else 1)
+    elif args.what == "precision":
+        raise SystemExit(0 if compare_precisions(args.out, args.models, args.seeds, args.overrides) else 1)
 
 
 if __name__ == "__main__":

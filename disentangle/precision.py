@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from .errors import ConfigError
+
 DEVICE_TYPES = ("cpu", "cuda")
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,14 +42,30 @@ def autocast_active() -> bool:
     return any(torch.is_autocast_enabled(kind) for kind in DEVICE_TYPES)
 
 
+_TF32_GUARD = {"on": False}  # set by float32_math for a CUDA run: the islands then also switch TF32 off
+
+
+def tf32_active() -> bool:
+    """Whether float32 products may run in TF32 right now (only ever on CUDA, after :func:`float32_math`)."""
+    return _TF32_GUARD["on"] and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+
+
 @contextlib.contextmanager
 def full_precision() -> Iterator[None]:
-    """Autocast switched off inside (on every device type where it is on); tensors keep their dtypes."""
+    """Autocast switched off inside (on every device type where it is on), and on CUDA TF32 products too (10
+    significant bits would again round away a finite difference); tensors keep their dtypes."""
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     with contextlib.ExitStack() as stack:
         for kind in DEVICE_TYPES:
             if torch.is_autocast_enabled(kind):
                 stack.enter_context(torch.autocast(kind, enabled=False))
-        yield
+        if _TF32_GUARD["on"]:
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        try:
+            yield
+        finally:
+            if _TF32_GUARD["on"]:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
 def to_float32(value: Any) -> Any:
@@ -67,9 +85,65 @@ def in_float32(fn: F) -> F:
 
     @functools.wraps(fn)
     def island(*args, **kwargs):
-        if not autocast_active():
+        if not (autocast_active() or tf32_active()):
             return fn(*args, **kwargs)
         with full_precision():
             return fn(*to_float32(args), **to_float32(kwargs))
 
     return island  # type: ignore[return-value]
+
+
+# -- trainer.precision: what may run where ------------------------------------------------------------------
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
+_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed", "64": "64-true"}
+
+
+def device_type(accelerator: str) -> str:
+    """The torch device type a Trainer's ``accelerator`` trains on (``auto``: CUDA when present)."""
+    kind = str(accelerator).lower()
+    if kind in ("gpu", "cuda"):
+        return "cuda"
+    if kind == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return kind
+
+
+def resolve_precision(requested, accelerator: str, *, updates_per_step: int = 1) -> str:
+    """The precision a run trains in: ``auto`` is ``bf16-mixed`` on a CUDA device that computes in bf16 and
+    ``32-true`` elsewhere (on this project's CPU bf16 is faster, but the demo's metrics were measured in fp32; see
+    docs/benchmarks.md). What the device or the method cannot do fails here, in one line, before any work:
+    ``16-mixed`` off CUDA (it names ``bf16-mixed``), ``16-mixed`` for a model with several optimizer updates per
+    step (the second optimizer steps outside Lightning's gradient scaler), ``bf16-mixed`` on a GPU without bf16."""
+    value = _ALIASES.get(str(requested), str(requested))
+    if value not in PRECISIONS:
+        raise ConfigError(f"trainer.precision={requested!r} is not supported; choose one of {list(PRECISIONS)}")
+    kind = device_type(accelerator)
+    if value == "auto":
+        return "bf16-mixed" if kind == "cuda" and torch.cuda.is_bf16_supported() else "32-true"
+    if value == "16-mixed":
+        if kind != "cuda":
+            raise ConfigError(f"trainer.precision=16-mixed needs a CUDA GPU (float16 with a gradient scaler); on the "
+                              f"{kind.upper()} use trainer.precision=bf16-mixed")
+        if updates_per_step > 1:
+            raise ConfigError("trainer.precision=16-mixed cannot train this model: it makes several optimizer updates "
+                              "per step (an adversary or a generator) and float16 needs every backward pass loss-scaled "
+                              "through one gradient scaler; use trainer.precision=bf16-mixed or 32-true")
+    if value == "bf16-mixed":
+        if kind == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError(f"trainer.precision=bf16-mixed: {torch.cuda.get_device_name()} cannot compute in bf16; "
+                              f"use trainer.precision=16-mixed or 32-true")
+        if kind not in ("cpu", "cuda"):
+            raise ConfigError(f"trainer.precision=bf16-mixed is supported on CPU and CUDA, not on {kind}; use 32-true")
+    return value
+
+
+def float32_math(accelerator: str, tf32: bool) -> bool:
+    """On CUDA: TF32 matrix products and convolutions for the float32 work outside the islands (``tf32``: 10
+    significant bits in the products, float32 accumulation), and the islands switch it off for their forward
+    passes. A model whose regularizer also needs exact float32 gradients (``Regularizer.exact_float32``: the Hessian
+    penalties) runs with ``tf32`` false (``tf32: auto``). Returns whether TF32 is on; nothing changes off CUDA."""
+    if device_type(accelerator) != "cuda":
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(tf32)
+    _TF32_GUARD["on"] = True
+    return bool(tf32)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, NonFiniteLossError
+from ..precision import in_float32
 from ..quantizers.base import LatentModule
 from ..regularizers.base import Regularizer, StepContext
 from ..regularizers.weight_decay import decay_groups
@@ -29,18 +30,21 @@ __all__ = ["RECONSTRUCTIONS", "Autoencoder", "NonFiniteLossError", "bce_reconstr
            "summed_bce_reconstruction"]
 
 
+@in_float32
 def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Per-pixel mean sigmoid BCE against real-valued targets in [0, 1], averaged over the batch
     (QLAE eq. 2 and Tripod Alg. 1 as implemented by the authors; spec qlae.md §4)."""
     return F.binary_cross_entropy_with_logits(logits, x, reduction="mean")
 
 
+@in_float32
 def summed_bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Bernoulli negative log-likelihood: sigmoid BCE summed over pixels and channels, averaged over the batch
     (Friede et al.'s code; categorical_vae.md §3.5)."""
     return F.binary_cross_entropy_with_logits(logits, x, reduction="sum") / x.shape[0]
 
 
+@in_float32
 def mse_reconstruction(output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Per-element mean squared error of the decoder output against the image centred to [-0.5, 0.5]
     (FactorQVAE authors' code; spec factorqvae.md §5, A4)."""
@@ -150,7 +154,7 @@ class Autoencoder(LatentModel):
     def step_terms(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float], StepContext]:
         """:meth:`loss_terms` plus the step's context (what adversarial regularizers train on)."""
         pre = self.encoder(x)
-        latent = self.latent(pre)
+        latent = self.run_latent(pre)
         needs = {name for reg in self.regularizers.values() for name in reg.needs_activations}
         activations: dict[str, torch.Tensor] = {}
         terms: dict[str, torch.Tensor] = {}

@@ -44,6 +44,7 @@ from torch import nn
 
 from ..checks import check_one_of
 from ..errors import ConfigError, NonFiniteLossError
+from ..precision import in_float32
 from ..quantizers.base import LatentModule, LatentOutput, LatentSpec
 from ..schedules import build_scheduler
 
@@ -167,7 +168,14 @@ class LatentModel(pl.LightningModule):
         return False
 
     def encode(self, x: torch.Tensor) -> LatentOutput:
-        return self.latent(self.encoder(x))
+        return self.run_latent(self.encoder(x))
+
+    def run_latent(self, pre: torch.Tensor) -> LatentOutput:
+        """The latent module on the encoder's output, as an fp32 island under mixed precision
+        (:mod:`disentangle.precision`): quantizer distances and commitment terms, Gaussian sampling and KL, Gumbel and
+        categorical softmaxes and their KLs are all computed in float32, from the encoder output cast to float32 (a
+        grid value or a codebook row rounded to bf16 would no longer be a code)."""
+        return in_float32(self.latent)(pre)
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """The decoder's output: logits (``reconstruction="bce"``) or the centred image (``"mse"``)."""

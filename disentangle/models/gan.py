@@ -32,6 +32,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..nn.critic import CriticHead, trunk_width
+from ..precision import full_precision, in_float32
 from ..quantizers.base import LatentModule, LatentOutput
 from ..regularizers.weight_decay import decay_groups
 from .base import LatentModel, as_list, step_optimizer
@@ -69,6 +70,7 @@ def gradient_penalty(critic: Callable[[torch.Tensor], torch.Tensor], x_real: tor
     return penalty_from_gradients(critic(x_interp), x_interp)
 
 
+@in_float32
 def latent_reconstruction(z_hat: torch.Tensor, z_target: torch.Tensor) -> torch.Tensor:
     """MSE(ẑ(x_fake), z_fake): mean over the n_z dimensions, then over the batch (spec §4.7, authors' code)."""
     return F.mse_loss(z_hat, z_target)
@@ -250,17 +252,23 @@ class InfoWGAN(LatentModel):
             x_fake = self.to_image(self.decode(z_fake))
         values, pre = self._heads(torch.cat([x_real, x_fake]))
         v_real, v_fake = values.split(n)
-        latent = self.latent(pre[n:])
+        latent = self.run_latent(pre[n:])
         # the interpolates apart: the penalty's double backward then runs over n samples, not 3n
-        x_interp = interpolate(x_real, x_fake, epsilon)
+        x_interp = interpolate(x_real.float(), x_fake.float(), epsilon)
         terms = {
-            "value": v_fake.mean() - v_real.mean(),
-            "gradient_penalty": penalty_from_gradients(self.critic(self.encoder.forward_features(x_interp)),
-                                                       x_interp),
+            "value": v_fake.float().mean() - v_real.float().mean(),
+            "gradient_penalty": self.gradient_penalty_at(x_interp),
             "latent": latent_reconstruction(latent.z, z_fake),
             **latent.losses,
         }
         return terms, self._weights(latent)
+
+    def gradient_penalty_at(self, x_interp: torch.Tensor) -> torch.Tensor:
+        """The gradient penalty at the interpolates: an fp32 island under mixed precision (the critic's pass, its input
+        gradient and the norm in float32; a bf16 input gradient would put a rounding error of about 0.4% on a norm
+        that the penalty pins to 1)."""
+        with full_precision():
+            return penalty_from_gradients(self.critic(self.encoder.forward_features(x_interp)), x_interp)
 
     def generator_terms(self, n: int, z_fake: torch.Tensor | None = None
                         ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -270,8 +278,8 @@ class InfoWGAN(LatentModel):
         if z_fake is None:
             z_fake = sample_prior(self.latent, n, self.device)
         values, pre = self._heads(self.to_image(self.decode(z_fake)))
-        latent = self.latent(pre)
-        terms = {"value": -values.mean(), "latent": latent_reconstruction(latent.z, z_fake), **latent.losses}
+        latent = self.run_latent(pre)
+        terms = {"value": -values.float().mean(), "latent": latent_reconstruction(latent.z, z_fake), **latent.losses}
         return terms, self._weights(latent)
 
     # -- one iteration -------------------------------------------------------------------------------------

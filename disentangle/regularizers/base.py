@@ -8,6 +8,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from ..precision import in_float32
 from ..quantizers.base import LatentOutput, LatentSpec, check_weight
 
 
@@ -56,6 +57,8 @@ class Regularizer(nn.Module):
             which the model calls before training (and which raises ValueError in one line on bad settings).
         density_terms: names of its terms measured in nats per image (rescaled like a KL, see
             ``Autoencoder(density_scale=...)``).
+        exact_float32: its backward pass, not only its forward, needs float32 products (finite differences divided
+            by eps^2): on CUDA the run then keeps TF32 off (``tf32: auto``).
         validates_on_labels: it holds labelled examples back and implements ``validation_score(model) -> float``
             (the ``labels`` model-selection rule).
     """
@@ -69,6 +72,7 @@ class Regularizer(nn.Module):
     uses_second_batch: bool = False
     needs_data: bool = False
     validates_on_labels: bool = False
+    exact_float32: bool = False  # its gradients too need full float32 products: no TF32 on CUDA (``tf32: auto``)
 
     def __init__(self, weight: float):
         super().__init__()
@@ -96,6 +100,7 @@ class Regularizer(nn.Module):
         raise NotImplementedError
 
 
+@in_float32
 def batch_std(z: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Population std over the batch plus eps, with gradients (Tripod authors' code, spec §3.2)."""
     return z.std(0, unbiased=False) + eps

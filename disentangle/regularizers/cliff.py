@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from ..precision import in_float32
 from ..quantizers.base import check_int, check_weight
 from .base import Regularizer, StepContext
 
@@ -59,6 +60,7 @@ def _gaussian(x: torch.Tensor, sigma: float) -> torch.Tensor:
     return torch.exp(-0.5 * (x / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
 
 
+@in_float32
 def cliff_terms(z: torch.Tensor, *, sigma: float = 0.1, grid=(-5.0, 5.0, 100), n_conditioning: int = 20,
                 n_uniform: int = 100, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """Unweighted Cliff terms of a batch z (n, d): scalars ``uni`` (Σ_i H(s_i), §1.4), ``biv`` (Σ_{i≠j} JSD

@@ -5,12 +5,14 @@ from __future__ import annotations
 import torch
 
 from ..checks import check_one_of
+from ..precision import in_float32
 from ..quantizers.base import check_weight
 from .base import Regularizer, StepContext
 
 VARIANTS = ("i", "ii")
 
 
+@in_float32
 def dip_vae_penalty(mu: torch.Tensor, sigma: torch.Tensor | None, *, variant: str, lambda_od: float,
                     lambda_d: float) -> torch.Tensor:
     """λ_od Σ_{i≠j} C_ij² + λ_d Σ_i (C_ii − 1)² (a scalar) for posterior means ``mu`` and standard deviations

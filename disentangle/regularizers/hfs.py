@@ -7,11 +7,13 @@ import itertools
 
 import torch
 
+from ..precision import in_float32
 from ..quantizers.base import check_int
 from .base import Regularizer, StepContext
 from .cliff import bind_representation, check_representation, select_representation
 
 
+@in_float32
 def hausdorff_factorized_support(z: torch.Tensor, *, n_pairs: int = 25,
                                  generator: torch.Generator | None = None) -> torch.Tensor:
     """Σ over latent pairs (a, b) of max_{k, l} min_r ‖(z_ka, z_lb) - (z_ra, z_rb)‖², a scalar (spec §6.4).

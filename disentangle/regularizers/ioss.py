@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from scipy.spatial import cKDTree
 
+from ..precision import in_float32
 from ..quantizers.base import check_int
 from .base import Regularizer, StepContext
 from .cliff import bind_representation, check_representation, select_representation
@@ -30,6 +31,7 @@ def _nearest(draws: torch.Tensor, points: torch.Tensor) -> tuple[torch.Tensor, t
     return distance, index
 
 
+@in_float32
 def ioss(z: torch.Tensor, *, n_pairs: int = 3, n_draws: int = 10000, robust_fraction: float = 0.01,
          generator: torch.Generator | None = None) -> torch.Tensor:
     """Σ over ``n_pairs`` random latent pairs of a robust one-sided Hausdorff distance between a uniform

@@ -5,12 +5,14 @@ import math
 
 import torch
 
+from ..precision import in_float32
 from ..quantizers.gaussian import gaussian_log_density
 from .base import Regularizer, StepContext, batch_std
 
 BANDWIDTH_SOURCES = ("continuous", "pre")
 
 
+@in_float32
 def kernel_multi_information(z: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Per-sample KDE estimate of log q(z) - sum_j log q(z_j) on a minibatch; returns shape (B,).
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..precision import in_float32
 from ..quantizers.base import check_int
 from ..schedules import build_scheduler
 from .base import Regularizer, StepContext
@@ -67,11 +68,31 @@ def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 6, neg
     return net
 
 
+def discriminator_logits(net: nn.Sequential, samples: torch.Tensor,
+                         params: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """D's two logits for ``samples``: the hidden layers under the caller's precision (bf16 under mixed precision),
+    the last linear map in float32 -- eqs. 6-7 read the small difference of the two logits, which bf16 outputs
+    (8 significant bits) would round away. ``params`` replaces D's parameters (``torch.func.functional_call``)."""
+    body, head = net[:-1], str(len(net) - 1)
+    if params is None:
+        return _linear(body(samples), net[-1].weight, net[-1].bias)
+    hidden = torch.func.functional_call(body, {k: v for k, v in params.items() if not k.startswith(head + ".")},
+                                        (samples,))
+    return _linear(hidden, params[head + ".weight"], params[head + ".bias"])
+
+
+@in_float32
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, weight, bias)
+
+
+@in_float32
 def tc_estimate(logits: torch.Tensor) -> torch.Tensor:
     """Per-sample log D(z) / (1 - D(z)) = logit_0 - logit_1 with D = softmax(logits)_0 (spec eqs. 6-7)."""
     return logits[:, 0] - logits[:, 1]
 
 
+@in_float32
 def discriminator_loss(joint_logits: torch.Tensor, permuted_logits: torch.Tensor) -> torch.Tensor:
     """0.5 (CE(D(z), 0) + CE(D(z_perm), 1)): the negative of the paper's eq. 8, which is to be maximised."""
     zeros = torch.zeros(joint_logits.shape[0], dtype=torch.long, device=joint_logits.device)
@@ -136,7 +157,7 @@ class AdversarialTotalCorrelation(Regularizer):
         # D's parameters enter the model's loss as constants: the gradient reaches the samples (and the encoder),
         # and no time is spent on D's own gradients, which only its optimizer's step may set
         frozen = {name: p.detach() for name, p in self.discriminator.named_parameters()}
-        logits = torch.func.functional_call(self.discriminator, frozen, (ctx.latent.sample,))
+        logits = discriminator_logits(self.discriminator, ctx.latent.sample, frozen)
         return {self.term: tc_estimate(logits).mean()}
 
     def configure_optimizer(self):
@@ -154,7 +175,8 @@ class AdversarialTotalCorrelation(Regularizer):
             source = joint
         permuted = permute_across_processes(source, self.n_latents)
         optimizer.zero_grad(set_to_none=True)
-        joint_logits, permuted_logits = self.discriminator(joint), self.discriminator(permuted)
+        joint_logits = discriminator_logits(self.discriminator, joint)
+        permuted_logits = discriminator_logits(self.discriminator, permuted)
         loss = discriminator_loss(joint_logits, permuted_logits)
         if model is not None:
             model.backward_update(loss)  # through Lightning: under DDP, D's gradients averaged across processes

@@ -6,11 +6,13 @@ import math
 
 import torch
 
+from ..precision import in_float32
 from ..quantizers.base import check_weight
 from ..quantizers.gaussian import gaussian_log_density
 from .base import Regularizer, StepContext
 
 
+@in_float32
 def tcvae_decomposition(
     z: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor, dataset_size: int
 ) -> dict[str, torch.Tensor]:
