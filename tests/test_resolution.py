@@ -61,7 +61,7 @@ def test_the_derived_cache_is_made_once_and_a_failure_leaves_nothing(tmp_path, m
     again = PreparedDataModule("shapes3d", root=tmp_path, factor_sizes=sizes, eval_size=4, resolution=16)
     assert again.path == dm.path and dm.path.stat().st_mtime_ns == mtime  # not rewritten
 
-    import disentangle.data.convert as convert
+    from disentangle.data import convert
 
     def broken(*args, **kwargs):
         raise OSError("disk full")

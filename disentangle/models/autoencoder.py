@@ -9,6 +9,10 @@ Optimisation is manual (one step of the model's optimizer per batch, then one st
 regularizer's own optimizer, then the lr schedulers) so that a regularizer can own a network trained against the
 model (FactorVAE's discriminator); Lightning still saves and restores every optimizer and scheduler, and the
 global step counts batches.
+
+Mixed precision (:mod:`disentangle.precision`): encoder and decoder run in the trainer's precision; the latent
+module (``run_latent``), the reconstruction losses (a sum over thousands of pixels) and every regularizer's
+sensitive terms run in float32, and so does the weighted total.
 """
 from __future__ import annotations
 

@@ -20,6 +20,11 @@ One training iteration t (one loader batch of real images):
 updates. The generator's optimizer is stepped unwrapped, so it is not counted; after ``global_step`` iterations the
 generator has made ``global_step // n_critic`` updates. The schedule reads the global step, which checkpoints
 restore, so a resumed run continues the schedule exactly; both optimizers' states are in every checkpoint.
+
+**Mixed precision** (:mod:`disentangle.precision`): trunk, critic head and generator run in the trainer's precision;
+the latent module, the value terms' batch means (a small difference of two means), the latent reconstruction and
+the whole gradient penalty (its critic pass on the interpolates, the input gradient and its norm, pinned to 1) run
+in float32. ``16-mixed`` is refused: the generator's optimizer steps outside Lightning's gradient scaler.
 """
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """AnnealedVAE's capacity objective (Burgess et al. 2018, "Understanding disentangling in β-VAE"), as
-disentanglement_lib implements it for Locatello et al.'s study."""
+disentanglement_lib implements it for Locatello et al.'s study.
+
+Mixed precision (:mod:`disentangle.precision`): the Gaussian KL it holds at the capacity runs in float32
+(``gaussian_kl``).
+"""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,7 @@
-"""BioAE's biological constraints on the latent (Whittington et al. 2023; spec qlae.md §4.5)."""
+"""BioAE's biological constraints on the latent (Whittington et al. 2023; spec qlae.md §4.5).
+
+Mixed precision (:mod:`disentangle.precision`): the constraints run in float32 (loss reductions).
+"""
 from __future__ import annotations
 
 import torch

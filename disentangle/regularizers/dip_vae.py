@@ -1,5 +1,9 @@
 """DIP-VAE's covariance penalty (Kumar et al. 2018, "Variational Inference of Disentangled Latent Concepts from
-Unlabeled Observations"), as disentanglement_lib implements it for Locatello et al.'s study."""
+Unlabeled Observations"), as disentanglement_lib implements it for Locatello et al.'s study.
+
+Mixed precision (:mod:`disentangle.precision`): the covariance and its penalty run in float32 (off-diagonal entries
+near 0, diagonal entries near 1).
+"""
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,10 @@
 """HFS, the Hausdorff factorized-support regularizer (Roth et al. 2023), the Cliff paper's Shapes3D baseline
 on a β-VAE (spec cliff.md §6.4; the hard Hausdorff estimator over latent pairs of Roth et al.'s reused
-code)."""
+code).
+
+Mixed precision (:mod:`disentangle.precision`): ``hausdorff_factorized_support`` runs in float32 (minimum distances
+between recombined pairs).
+"""
 from __future__ import annotations
 
 import itertools

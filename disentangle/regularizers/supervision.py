@@ -1,5 +1,9 @@
 """Semi-supervised disentanglement: a few labelled examples supervise the first latents (categorical_vae.md §6,
-following Locatello et al. 2020 as disentanglement_lib implements it)."""
+following Locatello et al. 2020 as disentanglement_lib implements it).
+
+Mixed precision (:mod:`disentangle.precision`): the supervised losses run in float32 (log-likelihoods of the labels;
+the labelled batch's encoder pass is the network's own, in the run's precision).
+"""
 from __future__ import annotations
 
 import math

@@ -1,5 +1,10 @@
 """Total correlation by the density-ratio trick with an adversarial discriminator (FactorVAE, Kim & Mnih 2018;
-FactorQVAE spec factorqvae.md §3.3, §5, §6; Friede et al.'s variant: categorical_vae.md §5)."""
+FactorQVAE spec factorqvae.md §3.3, §5, §6; Friede et al.'s variant: categorical_vae.md §5).
+
+Mixed precision (:mod:`disentangle.precision`): the discriminator's hidden layers run in the run's precision; its
+last linear map, the logit difference (the TC estimate) and its cross-entropy run in float32: the TC term is a small
+difference of two large logits.
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping
