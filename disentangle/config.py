@@ -3,11 +3,14 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from .devices import concurrent_jobs
+
 
 def _register() -> None:
     resolvers = {
         "mul": lambda a, b: a * b,  # n_latents: ${mul:2,${len:${data.factor_sizes}}}
         "len": lambda seq: len(seq),
+        "gpu_node_jobs": concurrent_jobs,  # hydra/launcher=gpu_node: max(1, GPUs) x ${runs_per_gpu} jobs at once
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):

@@ -19,6 +19,7 @@ from .callbacks import DisentanglementEvaluation
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
 from .config import one_line
 from .data import DatasetNotFoundError
+from .devices import job_placement
 from .errors import ConfigError
 from .metrics.suite import SCALAR_LABELS
 
@@ -48,6 +49,8 @@ def build(cfg: DictConfig) -> Job:
         if model.updates_per_step > 1 and cfg.trainer.get("strategy") == "ddp":
             # several backward passes per step, each reaching only some networks: DDP must find the unused ones
             extra["strategy"] = "ddp_find_unused_parameters_true"
+        placement = job_placement(cfg)  # job i of a sweep on GPU i mod N (disentangle.devices)
+        extra.update(placement.trainer_kwargs)
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **extra)
     except Exception as exc:  # construction errors (bad values, wrong types) become one clear line
         cause = exc
@@ -62,6 +65,7 @@ def build(cfg: DictConfig) -> Job:
         raise ConfigError(f"model.batch_size={batch} is the global batch (the paper's): it must divide evenly over "
                           f"the {trainer.world_size} processes (trainer.devices x trainer.num_nodes)")
     model.run_config = OmegaConf.to_container(cfg, resolve=True)
+    model.runtime.update(placement.record)  # where it ran (device, job, GPUs): in metrics.json
     evaluation = next((c for c in callbacks if isinstance(c, DisentanglementEvaluation)), None)
     return Job(cfg, datamodule, model, trainer, evaluation)
 
