@@ -4,7 +4,8 @@
 Images stay uint8: the contiguous HDF5 dataset is memory-mapped, so nothing is read until a batch asks
 for it, and batches are gathered with one fancy-indexing call (no per-sample Python). With
 ``on_device=True`` the whole uint8 array is moved to the training device once and batches are gathered
-there.
+there; ``on_device="auto"`` (the default) does so on a CUDA device when the array fits
+(:func:`resolve_on_device`), so that runs sharing a node do not compete for the host's memory and cores.
 
 Nuisance variables (SmallNORB's object instance; an optional ``nuisance`` array in the cache) are not factors:
 several images share a factor vector, and :meth:`PreparedDataModule.indices_for_factors` picks one of them.
@@ -13,6 +14,7 @@ several images share a factor vector, and :meth:`PreparedDataModule.indices_for_
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,14 +33,19 @@ from .cache import VARIANT_DEFAULT, cache_path, default_root, is_default_variant
 
 __all__ = [
     "COLOURS",
+    "ON_DEVICE_FRACTION",
     "VARIANT_DEFAULT",
     "PreparedDataModule",
     "PreparedDataset",
     "cache_path",
+    "check_on_device",
     "default_root",
     "load_dataset",
     "open_prepared",
+    "resolve_on_device",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def _map_images(path: Path) -> np.ndarray:
@@ -96,6 +103,38 @@ def open_prepared(name: str, root=None, variant: str | None = None, raw: str = "
 
 
 COLOURS = ("none", "random_multipliers")
+# data.on_device=auto keeps the images on a CUDA device when they take at most this share of its free memory, divided
+# among the runs sharing the GPU: the rest is left to the model's weights, activations and the evaluation
+ON_DEVICE_FRACTION = 0.5
+
+
+def check_on_device(value) -> bool | str:
+    """``data.on_device`` as True, False or ``"auto"``; any other value fails in one line naming the key."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto", "true", "false"):
+        return {"auto": "auto", "true": True, "false": False}[text]
+    raise ValueError(f"data.on_device must be one of auto, true, false (got {value!r})")
+
+
+def resolve_on_device(setting, device: torch.device | str, nbytes: int, free: int | None = None,
+                      share: int = 1) -> bool:
+    """Whether the images (``nbytes``) are kept on ``device``: never on the CPU; ``True`` / ``False`` as given
+    elsewhere; ``"auto"`` on a CUDA device when ``nbytes <= ON_DEVICE_FRACTION * free / share``, ``free`` being the
+    device's free memory (``torch.cuda.mem_get_info`` when not given) and ``share`` the runs that share the GPU
+    (:func:`disentangle.devices.gpu_share`); on other devices ``auto`` is False."""
+    setting = check_on_device(setting)
+    device = torch.device(device)
+    if device.type == "cpu" or setting is False:
+        return False
+    if setting is True:
+        return True
+    if device.type != "cuda":
+        return False
+    if free is None:
+        free = torch.cuda.mem_get_info(device)[0]
+    return int(nbytes) <= ON_DEVICE_FRACTION * int(free) / max(1, int(share))
 
 
 class PreparedDataModule(FactorDataModule):
@@ -110,7 +149,7 @@ class PreparedDataModule(FactorDataModule):
         variant: str | None = None,
         factor_names: Sequence[str] | None = None,
         factor_sizes: Sequence[int] | None = None,
-        on_device: bool = False,
+        on_device: bool | str = "auto",
         variant_sizes: dict | None = None,
         cache_name: str | None = None,
         colour: str = "none",
@@ -121,9 +160,11 @@ class PreparedDataModule(FactorDataModule):
         ``factor_sizes``. ``cache_name`` reads the cache prepared for another dataset (colour dSprites reads
         ``dsprites``); ``colour`` (``none`` or ``random_multipliers``) colours binary grey-scale images.
         ``resolution`` (None: the cache's 64 px) below 64 reads ``<cache>_<R>px.h5``, made once from the 64-px cache
-        with antialiased bicubic resampling (:func:`~disentangle.data.convert.derive_resolution`)."""
+        with antialiased bicubic resampling (:func:`~disentangle.data.convert.derive_resolution`). ``on_device``
+        (``auto``, ``true``, ``false``): keep the uint8 images on the training device (:func:`resolve_on_device`)."""
         super().__init__(**kwargs)
         check_one_of("data.colour", colour, COLOURS)
+        on_device = check_on_device(on_device)
         if resolution is not None and not 8 <= int(resolution) <= 64:
             raise ValueError(f"data.resolution must be between 8 and the caches' 64 px (got {resolution}), or null")
         self.name = name
@@ -147,8 +188,9 @@ class PreparedDataModule(FactorDataModule):
         self.num_samples, self.num_channels, self.resolution = int(n), 3 if colour != "none" else int(c), int(h)
         self.factor_names, self.factor_sizes = self.data.factor_names, self.data.factor_sizes
         self.nuisance_names, self.nuisance_sizes = self.data.nuisance_names, self.data.nuisance_sizes
-        self.on_device = bool(on_device)
+        self.on_device = on_device
         self._device_images: torch.Tensor | None = None
+        self._keeps_on: tuple[torch.device, bool] | None = None  # the on_device decision, for the device it was made on
         self._factors = torch.from_numpy(self.data.factors)
         self._lookup: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._fixed_colours: torch.Tensor | None = None
@@ -213,7 +255,7 @@ class PreparedDataModule(FactorDataModule):
         ``colours`` (B, 3) when given (training draws them afresh), otherwise by a fixed multiplier per image
         index drawn once from ``eval_seed``, so evaluation and metrics always see the same images."""
         device = indices.device
-        if self.on_device and device.type != "cpu":
+        if self.keeps_images_on(device):
             if self._device_images is None or self._device_images.device != device:
                 self._device_images = torch.from_numpy(np.ascontiguousarray(self.data.images)).to(device)
             images = self._device_images[indices]
@@ -228,6 +270,23 @@ class PreparedDataModule(FactorDataModule):
                 colours = self._fixed_colours_on(device)[indices]
             images = images * colours.to(device=device, dtype=images.dtype)[:, :, None, None]
         return images, self._factors[indices]
+
+    def keeps_images_on(self, device: torch.device) -> bool:
+        """Whether batches on ``device`` are gathered from a copy of the images kept there (``on_device``, decided
+        once per device; ``auto`` is logged)."""
+        if device.type == "cpu":
+            return False
+        if self._keeps_on is None or self._keeps_on[0] != device:
+            from ..devices import gpu_share
+
+            share = gpu_share() if self.on_device == "auto" and device.type == "cuda" else 1
+            keep = resolve_on_device(self.on_device, device, self.data.images.nbytes, share=share)
+            if self.on_device == "auto":
+                log.info("data.on_device=auto: %s's images (%.2f GB) %s %s (runs sharing it: %d)", self.name,
+                         self.data.images.nbytes / 1e9, "kept on" if keep else "gathered from the host for", device,
+                         share)
+            self._keeps_on = (device, keep)
+        return self._keeps_on[1]
 
     def _fixed_colours_on(self, device: torch.device) -> torch.Tensor:
         """(N, 3) per-image multipliers ~ U(0.5, 1), drawn once from ``eval_seed`` (9 MB for dSprites)."""
