@@ -1,8 +1,8 @@
 """``python -m disentangle.bench precision``: do bf16-mixed runs end where fp32 runs end?
 
 Each model's quickstart (``experiment=quickstart``) is trained for every seed in both precisions, one
-``python -m disentangle.train`` subprocess per run (a finished run's ``metrics.json`` is reused, so an interrupted
-comparison goes on where it stopped). The table gives, per model and metric, fp32's and bf16's mean over the seeds,
+``python -m disentangle.train`` subprocess per run (a finished run's ``metrics.json`` is reused and a killed one
+resumes from its last checkpoint, so an interrupted comparison goes on where it stopped). The table gives, per model and metric, fp32's and bf16's mean over the seeds,
 fp32's seed range, and whether bf16's mean lies inside that range; and the mean wall time of each precision.
 A benchmark, not a test: the figures go in docs/benchmarks.md and the closing note of issue 22.
 """
@@ -27,7 +27,7 @@ def run_one(out: Path, model: str, precision: str, seed: int, extra: list[str]) 
     if not record.is_file():
         cmd = [sys.executable, "-m", "disentangle.train", "experiment=quickstart", f"model={model}", f"seed={seed}",
                f"trainer.precision={precision}", f"hydra.run.dir={run_dir}", "print_summary=false",
-               "trainer.enable_progress_bar=false", "logger=csv", *extra]
+               "trainer.enable_progress_bar=false", "logger=csv", "auto_resume=true", *extra]
         start = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not record.is_file():
@@ -50,8 +50,8 @@ def compare_precisions(out: Path, models=MODELS, seeds=(0, 1, 2), extra: list[st
     results: dict[tuple[str, str], list[dict]] = {}
     total = len(models) * len(seeds) * len(PRECISIONS)
     done = 0
-    for model in models:
-        for seed in seeds:
+    for seed in seeds:  # seed-major: an interrupted comparison already has every model's first seeds
+        for model in models:
             for precision in PRECISIONS:  # alternate, so a drift in the machine's speed hits both
                 results.setdefault((model, precision), []).append(run_one(out, model, precision, seed, extra or []))
                 done += 1

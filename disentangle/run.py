@@ -22,6 +22,7 @@ from .data import DatasetNotFoundError
 from .devices import job_placement
 from .errors import ConfigError
 from .metrics.suite import SCALAR_LABELS
+from .precision import float32_math, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ def build(cfg: DictConfig) -> Job:
         datamodule = instantiate(cfg.data)
         model = instantiate(cfg.model, in_channels=datamodule.num_channels, resolution=datamodule.resolution,
                             dataset_size=datamodule.num_samples)
+        placement = job_placement(cfg)  # job i of a sweep on GPU i mod N (disentangle.devices)
+        precision = precision_of(cfg, model, placement.trainer_kwargs.get("accelerator"))
         callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
         if cfg.trainer.get("enable_progress_bar") is False:  # the switch wins over the configured bar
             callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]
@@ -49,9 +52,9 @@ def build(cfg: DictConfig) -> Job:
         if model.updates_per_step > 1 and cfg.trainer.get("strategy") == "ddp":
             # several backward passes per step, each reaching only some networks: DDP must find the unused ones
             extra["strategy"] = "ddp_find_unused_parameters_true"
-        placement = job_placement(cfg)  # job i of a sweep on GPU i mod N (disentangle.devices)
         extra.update(placement.trainer_kwargs)
-        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **extra)
+        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, precision=precision["precision"],
+                              **extra)
     except Exception as exc:  # construction errors (bad values, wrong types) become one clear line
         cause = exc
         while cause.__cause__ is not None and not isinstance(cause, DatasetNotFoundError):
@@ -65,9 +68,27 @@ def build(cfg: DictConfig) -> Job:
         raise ConfigError(f"model.batch_size={batch} is the global batch (the paper's): it must divide evenly over "
                           f"the {trainer.world_size} processes (trainer.devices x trainer.num_nodes)")
     model.run_config = OmegaConf.to_container(cfg, resolve=True)
+    model.run_config["trainer"]["precision"] = precision["precision"]  # what ran, not "auto"
+    model.run_config["tf32"] = precision["tf32"]
+    model.runtime.update(precision)
     model.runtime.update(placement.record)  # where it ran (device, job, GPUs): in metrics.json
     evaluation = next((c for c in callbacks if isinstance(c, DisentanglementEvaluation)), None)
     return Job(cfg, datamodule, model, trainer, evaluation)
+
+
+def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict:
+    """``trainer.precision`` and ``tf32`` settled for this model on this device (``accelerator``: the job's
+    placement, else ``trainer.accelerator``; :mod:`disentangle.precision`): ``auto`` becomes what runs; what cannot
+    run fails in one line. TF32 is set here for the whole process."""
+    accelerator = accelerator or cfg.trainer.get("accelerator", "auto")
+    precision = resolve_precision(cfg.trainer.get("precision", "auto"), accelerator,
+                                  updates_per_step=model.updates_per_step)
+    tf32 = cfg.get("tf32", "auto")
+    if str(tf32) not in ("auto", "True", "False", "true", "false"):
+        raise ConfigError(f"tf32={tf32!r}: choose auto, true or false")
+    if str(tf32) == "auto":  # off where a regularizer's gradients difference nearly equal activations
+        tf32 = not any(reg.exact_float32 for reg in model.regularizers.values())
+    return {"precision": precision, "tf32": float32_math(accelerator, str(tf32).lower() == "true")}
 
 
 def train(cfg: DictConfig) -> dict:
