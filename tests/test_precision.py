@@ -158,7 +158,7 @@ def test_nhp_under_bf16_autocast_matches_a_known_hessian_and_bf16_activations_wo
 
 # -- the quickstarts under trainer.precision=bf16-mixed ----------------------------------------------------
 QUICKSTARTS = ("tripod", "qlae", "betavae", "betatcvae", "factorqvae", "dvae_friede", "infowgan_gp")
-SHORT = ["data.resolution=16", "model.batch_size=32", "trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
+SHORT = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
          "trainer.enable_model_summary=false", "~callbacks.progress", "print_summary=false",
          "callbacks.evaluation.metrics=[infomec]", "callbacks.evaluation.n_samples=256",
          "callbacks.evaluation.figures=false", "callbacks.evaluation.progress=false", "data.eval_size=256"]
