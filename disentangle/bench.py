@@ -94,38 +94,62 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+class StepTimer:
+    """One case's model, optimizers and batch, ready to time single training steps (:meth:`step`)."""
+
+    def __init__(self, overrides, device, batch_size: int = 64, precision: str = "32-true"):
+        self.device, self.precision = torch.device(device), precision
+        self.model = _model(overrides, batch_size).to(self.device)
+        configured = self.model.configure_optimizers()
+        self.optimizers, self.schedulers = configured if isinstance(configured, tuple) else ([configured], [])
+        self.x = torch.rand(batch_size * (2 if self.model.split_batch else 1), 3, 64, 64, device=self.device)
+        self.period = getattr(self.model, "n_critic", 1)
+
+    def step(self) -> float:
+        """Seconds per iteration of one whole period (one iteration for every model but the GANs)."""
+        _sync(self.device)
+        start = time.perf_counter()
+        for _ in range(self.period):
+            with autocast_for(self.precision, self.device):
+                self.model.optimization_step(self.x, self.optimizers)
+            for scheduler in self.schedulers:
+                scheduler.step()
+        _sync(self.device)
+        return (time.perf_counter() - start) / self.period
+
+
 def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2, precision: str = "32-true") -> list[float]:
     """Seconds per :meth:`Autoencoder.optimization_step` (the model's update, then any discriminator's) and lr
     scheduler step; a model whose discriminator takes a second half-batch gets 2 x ``batch_size`` images, so its
     own update sees ``batch_size`` like the others. A GAN (``n_critic``) is timed over whole periods of n_critic
     iterations (one generator update each) and reported per iteration, so its generator updates are amortised.
     ``precision="bf16-mixed"`` (or ``"16-mixed"`` on CUDA) runs each step under autocast, as a Trainer would."""
-    model = _model(overrides, batch_size).to(device)
-    configured = model.configure_optimizers()
-    optimizers, schedulers = configured if isinstance(configured, tuple) else ([configured], [])
-    x = torch.rand(batch_size * (2 if model.split_batch else 1), 3, 64, 64, device=device)
-    period = getattr(model, "n_critic", 1)
-    times = []
-    for i in range(warmup + repeats):
-        _sync(device)
-        start = time.perf_counter()
-        for _ in range(period):
-            with autocast_for(precision, device):
-                model.optimization_step(x, optimizers)
-            for scheduler in schedulers:
-                scheduler.step()
-        _sync(device)
-        if i >= warmup:
-            times.append((time.perf_counter() - start) / period)
+    timer = StepTimer(overrides, device, batch_size, precision)
+    times = [timer.step() for _ in range(warmup + repeats)]
+    return times[warmup:]
+
+
+def time_alternating(overrides, device, batch_size: int, repeats: int, precisions, warmup: int = 1
+                     ) -> dict[str, list[float]]:
+    """Seconds per step of one case in each of ``precisions``, the precisions' steps interleaved one by one after
+    ``warmup`` steps each (a drift in the machine's speed hits all of them alike)."""
+    timers = {p: StepTimer(overrides, device, batch_size, p) for p in precisions}
+    for timer in timers.values():
+        for _ in range(warmup):
+            timer.step()
+    times: dict[str, list[float]] = {p: [] for p in precisions}
+    for _ in range(repeats):
+        for p, timer in timers.items():
+            times[p].append(timer.step())
     return times
 
 
 def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | None = None,
-                precision: str | None = None, rounds: int = 3) -> None:
+                precision: str | None = None) -> None:
     """Seconds per training step of every case (or those whose label contains one of ``only``), each as a ratio to
     QLAE's, measured first in the same process. With ``precision`` (``bf16-mixed``, or ``16-mixed`` on CUDA) each
-    case is timed in fp32 and in that precision alternately, ``rounds`` times ``repeats`` steps each, and the table
-    gives both medians and their ratio."""
+    case is timed in fp32 and in that precision, ``repeats`` steps each interleaved one by one
+    (:func:`time_alternating`), and the table gives both medians and their ratio."""
     dev = torch.device(device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     cases = [c for c in STEP_CASES if c[0] == "qlae" or not only or any(o in c[0] for o in only)]
@@ -137,14 +161,11 @@ def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | No
             base = base or med
             print(f"  {label:<26} {med:8.3f} s/step   x{med / base:5.2f} vs qlae", flush=True)
         return
-    print(f"training step, 64x64, batch {batch_size}, {name}: 32-true vs {precision}, alternating, median of "
-          f"{rounds} x {repeats}")
+    print(f"training step, 64x64, batch {batch_size}, {name}: 32-true vs {precision} steps interleaved, median of "
+          f"{repeats} each after 1 warm-up step")
     print(f"  {'case':<26} {'32-true':>10} {precision:>12} {'speed-up':>9}")
     for label, overrides in cases:
-        times: dict[str, list[float]] = {"32-true": [], precision: []}
-        for _ in range(rounds):  # alternating rounds: a drift in the machine's speed hits both
-            for p in times:
-                times[p] += time_steps(overrides, dev, batch_size, repeats, precision=p)
+        times = time_alternating(overrides, dev, batch_size, repeats, ("32-true", precision))
         fp32, mixed = statistics.median(times["32-true"]), statistics.median(times[precision])
         print(f"  {label:<26} {fp32:8.3f} s {mixed:10.3f} s {fp32 / mixed:8.2f}x", flush=True)
 
@@ -282,7 +303,6 @@ def main(argv=None) -> None:
                        help="cases whose label contains one of these (qlae, the baseline, always runs)")
     steps.add_argument("--precision", default=None, choices=["32-true", "bf16-mixed", "16-mixed"],
                        help="time fp32 and this precision alternately and print their ratio")
-    steps.add_argument("--rounds", type=int, default=3, help="alternating rounds with --precision")
     terms = sub.add_parser("terms", help="Cliff, IOSS and HFS alone against the Cliff paper's Shapes3D step")
     terms.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     terms.add_argument("--n", type=int, default=64, help="batch size (Shapes3D's: 64)")
@@ -317,7 +337,7 @@ def main(argv=None) -> None:
                 resolve_precision(args.precision, args.device)
             except ConfigError as exc:
                 parser.error(str(exc))
-        bench_steps(args.device, args.repeats, args.batch_size, args.only, args.precision, args.rounds)
+        bench_steps(args.device, args.repeats, args.batch_size, args.only, args.precision)
     elif args.what == "terms":
         bench_terms(args.n, args.d, args.repeats, args.device)
     elif args.what == "data":

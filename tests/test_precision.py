@@ -220,3 +220,26 @@ def test_the_cli_refuses_16_mixed_on_a_cpu_in_one_line(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and "trainer.precision=bf16-mixed" in lines[-1]
     assert not list((tmp_path / "run").rglob("*.ckpt")) and not list((tmp_path / "run").rglob("metrics.csv"))
+
+
+def test_bench_steps_times_fp32_and_bf16_interleaved_and_prints_their_ratio(capsys):
+    from disentangle.bench import main
+
+    main(["steps", "--device", "cpu", "--precision", BF16, "--only", "betavae_friede", "--repeats", "1",
+          "--batch-size", "8"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "32-true vs bf16-mixed" in lines[0]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rows) == {"qlae", "betavae_friede"}  # QLAE, the baseline, always runs
+    for cells in rows.values():  # label, fp32 s, "s", bf16 s, "s", ratio
+        fp32, mixed, ratio = float(cells[1]), float(cells[3]), float(cells[5].rstrip("x"))
+        assert fp32 > 0 and mixed > 0 and abs(ratio - fp32 / mixed) <= 0.01 * ratio + 0.01
+
+
+def test_bench_steps_refuses_16_mixed_on_a_cpu_naming_bf16_mixed(capsys):
+    from disentangle.bench import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["steps", "--device", "cpu", "--precision", "16-mixed"])
+    assert exit_info.value.code == 2
+    assert "use trainer.precision=bf16-mixed" in capsys.readouterr().err
