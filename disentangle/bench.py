@@ -26,7 +26,7 @@ from hydra.utils import instantiate
 from . import config as _config  # noqa: F401
 from .bench_seeds import MODELS as SEED_MODELS
 from .bench_seeds import compare_precisions
-from .precision import autocast_for
+from .precision import autocast_for, float32_math
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -100,6 +100,8 @@ class StepTimer:
     def __init__(self, overrides, device, batch_size: int = 64, precision: str = "32-true"):
         self.device, self.precision = torch.device(device), precision
         self.model = _model(overrides, batch_size).to(self.device)
+        # TF32 on CUDA as a run of this model sets it (tf32: auto; disentangle.run.precision_of)
+        float32_math(self.device.type, not any(reg.exact_float32 for reg in self.model.regularizers.values()))
         configured = self.model.configure_optimizers()
         self.optimizers, self.schedulers = configured if isinstance(configured, tuple) else ([configured], [])
         self.x = torch.rand(batch_size * (2 if self.model.split_batch else 1), 3, 64, 64, device=self.device)

@@ -705,16 +705,13 @@ def _doctor(args, progress) -> dict:
         if timed:
             repeats = args.timing_repeats or (10 if timing_device == "cuda" else 3)
             warmup = 3 if timing_device == "cuda" else 1
-            if timing_device == "cuda":
-                # the family runs left TF32 as their last model wanted it: time every case alike, with TF32 on
-                # (tf32=auto for a model without a Hessian penalty), and say so
-                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+            # each case sets TF32 as its runs would (tf32=auto: off with a Hessian penalty; bench.StepTimer)
             cases = time_cases(timed, timing_device, timing_precisions, 64, repeats, warmup, progress=bar)
             report["timing"] = {"status": "fail" if any(c["status"] != "ok" for c in cases) else "ok",
                                 "device": timing_device, "batch_size": 64, "resolution": 64, "repeats": repeats,
                                 "warmup": warmup, "cases": cases}
             if timing_device == "cuda":
-                report["timing"]["tf32"] = True
+                report["timing"]["tf32"] = "auto (per case: off for the Hessian penalties)"
 
         if concurrency_device:
             # what a sweep there would train in: bf16-mixed on a GPU that has it (trainer.precision=auto)
