@@ -189,6 +189,7 @@ def test_ddp_training_evaluation_equals_single_process_evaluation_of_the_same_we
     for key in ("latents", "factors", "psnr", "mse"):
         np.testing.assert_array_equal(ddp_arrays[key], single_arrays[key], err_msg=key)
     ddp_record = json.loads((run_dir / "metrics.json").read_text())
+    assert ddp_record.pop("precision") == "32-true" and ddp_record.pop("runtime")["device"] == "cpu"  # what ran
     single_record = json.loads((tmp_path / "single" / "metrics.json").read_text())
     ddp_record.pop("eval_seconds"), single_record.pop("eval_seconds")
     assert ddp_record == single_record

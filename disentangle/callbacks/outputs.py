@@ -67,7 +67,11 @@ def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputS
         discrete_latents=job.model.discrete, factor_names=list(job.factor_names),
         metrics=[*job.metrics, *job.sampled_metrics],
     )
-    record.update(job.runtime)  # what ran: trainer precision, device
+    runtime = dict(job.runtime)  # what ran: the precision at the top, the rest (device, TF32, sweep job) nested
+    if "precision" in runtime:
+        record["precision"] = runtime.pop("precision")
+    if runtime:
+        record["runtime"] = runtime
     for key, value in out.items():  # the arrays behind the scalars: NMI, active mask, importances, ...
         if key not in SCALAR_LABELS and isinstance(value, np.ndarray):
             record[key] = value.round(4).tolist() if value.dtype.kind == "f" else value.tolist()
