@@ -77,11 +77,12 @@ def test_a_gpu_node_sweep_places_job_i_on_gpu_i_mod_n_with_n_times_runs_per_gpu_
     assert f"Joblib.Parallel(n_jobs={n_jobs}," in res.stdout + res.stderr
     assert f"sweep {tmp_path}: 2 of 2 jobs succeeded, 0 failed" in res.stdout
     for job in (0, 1):
-        record = json.loads((tmp_path / f"{job}_ae_shapes2d" / "metrics.json").read_text())["runtime"]
+        full = json.loads((tmp_path / f"{job}_ae_shapes2d" / "metrics.json").read_text())
+        record = full["runtime"]  # what ran, beside the metrics
         assert record["device"] == expected_device(job, n_gpus), (job, record)
         assert (record["job"], record["n_gpus"], record["runs_per_gpu"]) == (job, n_gpus, runs_per_gpu)
         assert record["concurrent_jobs"] == n_jobs and record["simulated_gpus"] is True
-        assert record["step"] == 2  # trained, on the CPU
+        assert full["step"] == 2 and full["precision"] == "32-true"  # trained, on the CPU
         if n_jobs > 1 and "OMP_NUM_THREADS" not in os.environ:  # joblib caps a worker's threads at cores // n_jobs
             assert record["torch_threads"] == max(1, joblib.cpu_count() // n_jobs)
 
