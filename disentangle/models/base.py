@@ -44,7 +44,7 @@ from torch import nn
 
 from ..checks import check_one_of
 from ..errors import ConfigError, NonFiniteLossError
-from ..precision import in_float32
+from ..precision import autocast_active, full_precision, tf32_active
 from ..quantizers.base import LatentModule, LatentOutput, LatentSpec
 from ..schedules import build_scheduler
 
@@ -175,7 +175,10 @@ class LatentModel(pl.LightningModule):
         (:mod:`disentangle.precision`): quantizer distances and commitment terms, Gaussian sampling and KL, Gumbel and
         categorical softmaxes and their KLs are all computed in float32, from the encoder output cast to float32 (a
         grid value or a codebook row rounded to bf16 would no longer be a code)."""
-        return in_float32(self.latent)(pre)
+        if not (autocast_active() or tf32_active()):
+            return self.latent(pre)
+        with full_precision():  # not in_float32(self.latent): wrapping a module per call would copy its __dict__
+            return self.latent(pre.float())
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """The decoder's output: logits (``reconstruction="bce"``) or the centred image (``"mse"``)."""
