@@ -94,11 +94,35 @@ def _logger_class():
                 return
             if status == "success":
                 run.summary.update(final_metrics(Path(self.save_dir or ".") / "metrics.json"))
+            write_run_record(run, Path(self.save_dir or ".") / RUN_RECORD)
             # a Hydra sweep runs its jobs in one process: without this the next job would log into this run
             run.finish(exit_code=0 if status in ("success", "finished") else 1)
             self._experiment = None
 
     return SummaryWandbLogger
+
+
+RUN_RECORD = "wandb_run.json"
+
+
+def run_record(run) -> dict:
+    """Which W&B run this was and what it holds, read back from the live run's public attributes: id, project,
+    group, tags, job type, mode, URL (online), directory, config and summary (``_``-prefixed keys left out)."""
+    return {
+        "id": run.id, "name": run.name, "project": run.project, "group": run.group, "tags": list(run.tags or ()),
+        "job_type": run.job_type, "mode": "offline" if run.offline else "online", "url": run.url,
+        "dir": str(Path(run.dir).parent) if run.dir else None,
+        "config": {k: v for k, v in dict(run.config).items() if not k.startswith("_")},
+        "summary": {k: v for k, v in dict(run.summary).items() if not k.startswith("_")},
+    }
+
+
+def write_run_record(run, path: Path) -> Path:
+    """:func:`run_record` as JSON at ``path``: a run directory says which W&B run holds its logs."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run_record(run), indent=2, default=str))
+    return path
 
 
 def final_metrics(path: Path) -> dict:

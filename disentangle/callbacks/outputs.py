@@ -26,6 +26,7 @@ from ..figures import (
     samples_grid,
 )
 from ..metrics.suite import SCALAR_LABELS, resolve_options
+from ..provenance import software_versions
 from .jobs import EvaluationJob, EvaluationOutcome
 
 HISTORY_FILE = "metrics_history.jsonl"
@@ -72,6 +73,7 @@ def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputS
         record["precision"] = runtime.pop("precision")
     if runtime:
         record["runtime"] = runtime
+    record["versions"] = software_versions()  # what produced these numbers
     for key, value in out.items():  # the arrays behind the scalars: NMI, active mask, importances, ...
         if key not in SCALAR_LABELS and isinstance(value, np.ndarray):
             record[key] = value.round(4).tolist() if value.dtype.kind == "f" else value.tolist()

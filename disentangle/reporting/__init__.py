@@ -188,10 +188,11 @@ def log_to_wandb(rep: Report, *, project: str = "disentangle", group: str | None
                  save_dir: Path | str = ".", figure: Path | str | None = None) -> str:
     """Log the report's CSV form as a W&B table (``report``) and the figure (``report_figure``) to a new run of job
     type ``report``. Offline unless an API key is configured (``WANDB_MODE`` wins), like the training logger.
-    Returns where the run went (its directory or URL)."""
+    Writes ``report_wandb_run.json`` (:func:`disentangle.loggers.run_record`) in ``save_dir``. Returns where the
+    run went (its directory or URL)."""
     import wandb
 
-    from ..loggers import wandb_mode
+    from ..loggers import wandb_mode, write_run_record
     from .tables import csv_columns, csv_rows
 
     save_dir = Path(save_dir)
@@ -205,6 +206,7 @@ def log_to_wandb(rep: Report, *, project: str = "disentangle", group: str | None
             payload["report_figure"] = wandb.Image(str(figure))
         run.log(payload)
         where = str(Path(run.dir).parent) if wandb_mode() != "online" else run.url
+        write_run_record(run, save_dir / "report_wandb_run.json")
     finally:
         run.finish()
     return where
