@@ -1,18 +1,23 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both set everything up first.
 SHELL := /bin/bash
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The CPU build of torch: a local wheel when pip's find-links offers one, else the CPU index.
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# Exact versions of every other dependency, as tested (`make lock` refreshes it). Used where the interpreter's
+# major.minor matches the lock's (written in its header); elsewhere pyproject's ranges resolve and a line says so.
+LOCK := requirements.lock
+LOCK_PYTHON := $(shell sed -n 's/^# python: *//p' $(LOCK) 2>/dev/null)
+USE_LOCK ?= 1
 
-.PHONY: install demo test test-slow chaos docs clean
+.PHONY: install demo test test-slow test-latest lock chaos docs clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@# CUDA torch only where a GPU driver is present; never pull CUDA wheels onto a CPU machine.
@@ -25,7 +30,14 @@ $(STAMP): pyproject.toml
 		$(PY) -m pip install "torch==$(TORCH_VERSION)+cpu" 2>/dev/null \
 		|| $(PY) -m pip install torch --index-url $(TORCH_CPU_INDEX); \
 	fi
-	$(PY) -m pip install --quiet -e ".[dev]"
+	@# the project's distribution was once named `disentangle`: an old editable install would shadow the new one
+	@$(PY) -m pip uninstall --quiet --yes disentangle >/dev/null 2>&1 || true
+	@if [ "$(USE_LOCK)" = 1 ] && [ "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$(LOCK_PYTHON)" ]; \
+	then echo "installing the locked versions ($(LOCK))"; $(PY) -m pip install --quiet -e ".[dev]" -c $(LOCK); \
+	elif [ "$(USE_LOCK)" = 1 ]; then echo "note: $(LOCK) is for Python $(LOCK_PYTHON): resolving pyproject's ranges"; \
+		$(PY) -m pip install --quiet -e ".[dev]"; \
+	else echo "installing the newest versions pyproject allows"; \
+		$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[dev]"; fi
 	@! $(PY) -m pip list 2>/dev/null | grep -qi '^nvidia-' || [ -n "$$(command -v nvidia-smi)" ] \
 		|| (echo "error: CUDA packages were pulled onto a CPU machine" >&2; exit 1)
 	touch $(STAMP)
@@ -34,10 +46,37 @@ demo: install
 	$(PY) -m disentangle.train experiment=quickstart
 
 test: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
+
+# The suite on the newest releases pyproject allows (its own venv, .venv-latest), so that dependency drift shows
+# here before it reaches users; `make lock` then adopts them once green.
+test-latest:
+	rm -f .venv-latest/.installed
+	@# the check that the environment is the locked one fails here by design
+	$(MAKE) test VENV=.venv-latest USE_LOCK=0 \
+		PYTEST_ARGS="--deselect tests/test_lock.py::test_the_environment_is_the_locked_one"
+	@echo "newer than $(LOCK) (> newest, < locked):"
+	@.venv-latest/bin/python -m pip freeze --exclude-editable | diff $(LOCK) - | grep '^[<>] [A-Za-z]' || true
+
+# Refresh requirements.lock: a fresh venv (.venv-lock) resolves pyproject's ranges (core + dev) to their newest
+# releases and `pip freeze` records them, less the project, torch and CUDA packages (installed per machine above).
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet --upgrade pip
+	.venv-lock/bin/python -m pip install --quiet "torch==$(TORCH_VERSION)+cpu" 2>/dev/null \
+		|| .venv-lock/bin/python -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX)
+	.venv-lock/bin/python -m pip install --quiet ".[dev]"
+	{ echo "# Exact versions that \`make install\` installs (-c): \`make lock\` writes this file; do not edit by hand."; \
+	  echo "# torch is installed first by the Makefile (CPU build $(TORCH_VERSION) on a CPU machine), not from here."; \
+	  echo "# python: $$(.venv-lock/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')"; \
+	  echo "# platform: $$(.venv-lock/bin/python -c 'import sysconfig; print(sysconfig.get_platform())')"; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable \
+		| grep -viE '^(disentangle-quantized|disentangle|torch|triton|nvidia-[a-z0-9-]+)(==| @)'; } > $(LOCK)
+	rm -rf .venv-lock
+	@echo "wrote $(LOCK) ($$(grep -vc '^#' $(LOCK)) packages)"
 
 # A chaos sweep: 4 short jobs with auto_resume=true, SIGKILLed at random (seeded) times and relaunched until they
 # finish; every job's final metrics must equal its uninterrupted twin's. CHAOS_ARGS="--kills 8 --launcher joblib" etc.
@@ -55,4 +94,4 @@ else
 endif
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache site
+	rm -rf $(VENV) .venv-latest .venv-lock outputs multirun .pytest_cache site
