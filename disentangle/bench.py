@@ -26,9 +26,10 @@ from hydra.utils import instantiate
 from . import config as _config  # noqa: F401
 from .bench_seeds import MODELS as SEED_MODELS
 from .bench_seeds import compare_precisions
+from .paths import config_dir
 from .precision import autocast_for, float32_math
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = config_dir()
 
 # (label, overrides): QLAE first, it is the baseline of the ratios
 STEP_CASES = [

@@ -20,7 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .paths import checkout_root
+
+# the sweeps run in the checkout when there is one (its copy of the package), else here (an installed wheel)
+ROOT = checkout_root()
 
 # short, deterministic runs on tiny networks: 4 checkpoints each, so kills land between them
 JOB = ["model/arch=small", "data=shapes2d", "data.resolution=16", "model.batch_size=16", "trainer.max_steps=24",
@@ -76,6 +79,7 @@ def chaos(out: Path, *, jobs: int = 4, kills: int = 4, seed: int = 0, launcher: 
           tolerance: float = 1e-6, min_wait: float = 3.0, max_wait: float = 15.0, log=print) -> dict:
     """Run the twin sweep, then the chaos sweep; returns {"kills", "launches", "jobs", "problems"}."""
     rng = random.Random(seed)
+    out = Path(out).resolve()  # the sweeps may run in another directory (ROOT)
     twin_dir, chaos_dir = out / "uninterrupted", out / "chaos"
     log(f"uninterrupted sweep of {jobs} jobs -> {twin_dir}")
     killed, code = run_sweep(sweep_command(twin_dir, jobs, launcher), kill_after=None)

@@ -43,6 +43,8 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from .paths import checkout_root
+
 __all__ = [
     "CPU_TIMING_CASES",
     "QUICK_FAMILIES",
@@ -60,7 +62,8 @@ __all__ = [
     "time_cases",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+# runs start in the checkout when there is one (its copy of the package), else here (an installed wheel)
+ROOT = checkout_root()
 PRECISIONS = ("32-true", "bf16-mixed")
 # paper configurations that take about a second or less per step on a CPU: the QLAE paper's networks and
 # disentanglement_lib's (categorical and Gaussian latent); most others take several to tens of seconds per step
@@ -488,7 +491,7 @@ def run_ddp_check(accelerator: str, workdir: Path, steps: int = 4, timeout: floa
     from .families import FAMILIES
 
     family = next(f for f, choice in FAMILIES.items() if family_name(choice) == "qlae")
-    run_dir = Path(workdir) / "ddp"
+    run_dir = Path(workdir).resolve() / "ddp"
     overrides = [*_run_overrides(family, steps), "model=qlae", "trainer=ddp", "trainer.devices=2",
                  f"trainer.accelerator={accelerator}", "trainer.precision=32-true", f"hydra.run.dir={run_dir}"]
     start = time.perf_counter()
@@ -690,7 +693,7 @@ def _doctor(args, progress) -> dict:
     workdir_context = contextlib.nullcontext(args.workdir) if args.workdir else \
         tempfile.TemporaryDirectory(prefix="disentangle-doctor-")
     with workdir_context as workdir:
-        workdir = Path(workdir)
+        workdir = Path(workdir).resolve()  # the runs it starts may work in ROOT
         report["families"] = []
         for family, choice, accelerator, precision in runs:
             bar(f"{family_name(choice)} on {accelerator}, {precision}")

@@ -10,14 +10,15 @@ import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from . import config
 from .checkpointing import load_checkpoint
 from .errors import ConfigError, DatasetNotFoundError
 from .metrics.suite import check_metric_names
+from .paths import config_dir
 
-__all__ = ["evaluate_checkpoint", "load_checkpoint", "main"]
+__all__ = ["checkpoint_path", "cli", "evaluate_checkpoint", "load_checkpoint", "main"]
 
 
 def evaluate_checkpoint(cfg: DictConfig) -> dict:
@@ -26,7 +27,7 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
 
     from .run import print_summary
 
-    path = Path(cfg.ckpt).expanduser()
+    path = checkpoint_path(cfg)
     chosen = cfg.metrics if cfg.metrics is None or isinstance(cfg.metrics, str) else list(cfg.metrics)
     try:
         metrics = None if chosen is None else check_metric_names(chosen)
@@ -36,8 +37,12 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     out = Path(cfg.output_dir).expanduser() if cfg.output_dir else path.parent
+    settings = cfg.callbacks.evaluation
+    extra = {}
+    if "progress" in settings:  # auto: a bar only in a terminal
+        extra["progress"] = config.progress_enabled(settings.progress, "callbacks.evaluation.progress")
     try:
-        evaluator = instantiate(cfg.callbacks.evaluation, output_dir=out)
+        evaluator = instantiate(settings, output_dir=out, **extra)
     except Exception as exc:
         raise ConfigError(config.one_line(exc)) from exc
     result = evaluator.run(model, datamodule, step=int(ckpt.get("global_step", 0)), metrics=metrics)
@@ -46,7 +51,20 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
     return result
 
 
-@hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
+def checkpoint_path(cfg: DictConfig) -> Path:
+    """``ckpt``, which has no default, as a file; for a run directory the message names its ``last.ckpt``."""
+    if OmegaConf.is_missing(cfg, "ckpt") or not cfg.ckpt:
+        raise ConfigError("ckpt=PATH is required: the checkpoint to evaluate, e.g. "
+                          "ckpt=outputs/<model>/<data>/<date>/checkpoints/last.ckpt")
+    path = Path(str(cfg.ckpt)).expanduser()
+    if path.is_dir():
+        last = next((p for p in (path / "checkpoints" / "last.ckpt", path / "last.ckpt") if p.is_file()), None)
+        hint = f"; its last checkpoint: ckpt={last}" if last else " (no checkpoints/last.ckpt in it)"
+        raise ConfigError(f"ckpt={path} is a directory: give a checkpoint file{hint}")
+    return path
+
+
+@hydra.main(config_path=str(config_dir()), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from .callbacks import EvaluationError
 
@@ -60,5 +78,10 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
 
 
+def cli() -> None:
+    """``python -m disentangle.evaluate``: a mistake in the command line gets one line and exit status 2."""
+    config.run_app(main)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

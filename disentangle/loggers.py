@@ -87,6 +87,14 @@ def _logger_class():
     from pytorch_lightning.loggers import WandbLogger
 
     class SummaryWandbLogger(WandbLogger):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # Lightning passes anonymous=None to wandb.init, which recent wandb warns about on every run; unset,
+            # it is wandb's own default (the same behaviour)
+            init = getattr(self, "_wandb_init", None)
+            if isinstance(init, dict) and init.get("anonymous") is None:
+                init.pop("anonymous", None)
+
         def finalize(self, status: str) -> None:
             super().finalize(status)
             run = self._experiment
@@ -110,7 +118,8 @@ def run_record(run) -> dict:
     group, tags, job type, mode, URL (online), directory, config and summary (``_``-prefixed keys left out)."""
     return {
         "id": run.id, "name": run.name, "project": run.project, "group": run.group, "tags": list(run.tags or ()),
-        "job_type": run.job_type, "mode": "offline" if run.offline else "online", "url": run.url,
+        "job_type": run.job_type, "mode": "offline" if run.offline else "online",
+        "url": None if run.offline else run.url,  # offline: no URL (wandb warns when asked for one)
         "dir": str(Path(run.dir).parent) if run.dir else None,
         "config": {k: v for k, v in dict(run.config).items() if not k.startswith("_")},
         "summary": {k: v for k, v in dict(run.summary).items() if not k.startswith("_")},

@@ -35,11 +35,16 @@ def in_multirun() -> bool:
 
 
 def record_failure(output_dir: str | Path, line: str) -> Path:
-    """Write a failed job's one error line to ``<output_dir>/error.txt``."""
+    """Write a failed run's one error line to ``<output_dir>/error.txt`` (a single run's as a sweep job's)."""
     path = Path(output_dir) / ERROR_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(line.rstrip("\n") + "\n")
     return path
+
+
+def clear_failure(output_dir: str | Path) -> None:
+    """Remove ``error.txt`` of an earlier failed start of a run that has now finished (resumed in its directory)."""
+    Path(output_dir, ERROR_FILE).unlink(missing_ok=True)
 
 
 def job_status(job_dir: Path) -> tuple[str, str]:

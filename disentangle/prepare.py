@@ -13,9 +13,10 @@ from omegaconf import DictConfig
 
 from . import config
 from .errors import DatasetNotFoundError
+from .paths import config_dir
 
 
-@hydra.main(config_path="../conf", config_name="prepare", version_base="1.3")
+@hydra.main(config_path=str(config_dir()), config_name="prepare", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from .data.preparation import prepare
 
@@ -28,7 +29,7 @@ def main(cfg: DictConfig) -> None:
         path = prepare(  # cache_name: a dataset drawn from another's cache (colour_dsprites reads dsprites)
             data.get("cache_name") or data.name, data.root, variant=data.get("variant"),
             factor_sizes=data.get("factor_sizes"),
-            download=bool(cfg.download), progress=bool(cfg.progress),
+            download=bool(cfg.download), progress=config.progress_enabled(cfg.progress, "progress"),
         )
     except (DatasetNotFoundError, ValueError, RuntimeError, OSError) as exc:
         print(f"error: {config.one_line(exc)}", file=sys.stderr)
@@ -37,5 +38,10 @@ def main(cfg: DictConfig) -> None:
     print(f"{data.name}: {path} ({size:.2f} GiB) ready in {time.perf_counter() - start:.1f} s")
 
 
+def cli() -> None:
+    """``python -m disentangle.prepare``: a mistake in the command line gets one line and exit status 2."""
+    config.run_app(main)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import config as _config  # noqa: F401  (registers the resolvers used by conf/)
 from .callbacks import DisentanglementEvaluation
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
-from .config import one_line
+from .config import one_line, progress_enabled
 from .data import DatasetNotFoundError
 from .devices import job_placement
 from .errors import ConfigError
@@ -38,15 +38,22 @@ class Job:
 
 def build(cfg: DictConfig) -> Job:
     """Instantiate data, model, callbacks, logger and trainer; every bad value fails here, in one line."""
+    quiet_known_noise()
     try:
         datamodule = instantiate(cfg.data)
         model = instantiate(cfg.model, in_channels=datamodule.num_channels, resolution=datamodule.resolution,
                             dataset_size=datamodule.num_samples)
         placement = job_placement(cfg)  # job i of a sweep on GPU i mod N (disentangle.devices)
         precision = precision_of(cfg, model, placement.trainer_kwargs.get("accelerator"))
-        callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
-        if cfg.trainer.get("enable_progress_bar") is False:  # the switch wins over the configured bar
+        # progress bars: `auto` (the default) draws them only in a terminal, not into log files and pipes
+        progress = progress_enabled(cfg.trainer.get("enable_progress_bar", "auto"), "trainer.enable_progress_bar")
+        callbacks = [instantiate(c, **_progress_setting(c)) for c in (cfg.get("callbacks") or {}).values()
+                     if c is not None]
+        if not progress:  # the switch wins over the configured bar
             callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]
+        summary = bool(cfg.trainer.get("enable_model_summary", True))
+        if summary and not any(isinstance(c, pl.callbacks.ModelSummary) for c in callbacks):
+            callbacks.append(ModelSummary())  # in place of Lightning's default one (see the class)
         logger = instantiate(cfg.logger) if cfg.get("logger") else False
         extra = {}
         if model.updates_per_step > 1 and cfg.trainer.get("strategy") == "ddp":
@@ -54,7 +61,7 @@ def build(cfg: DictConfig) -> Job:
             extra["strategy"] = "ddp_find_unused_parameters_true"
         extra.update(placement.trainer_kwargs)
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, precision=precision["precision"],
-                              **extra)
+                              enable_progress_bar=progress, enable_model_summary=False, **extra)
     except Exception as exc:  # construction errors (bad values, wrong types) become one clear line
         cause = exc
         while cause.__cause__ is not None and not isinstance(cause, DatasetNotFoundError):
@@ -74,6 +81,12 @@ def build(cfg: DictConfig) -> Job:
     model.runtime.update(placement.record)  # where it ran (device, job, GPUs): in metrics.json
     evaluation = next((c for c in callbacks if isinstance(c, DisentanglementEvaluation)), None)
     return Job(cfg, datamodule, model, trainer, evaluation)
+
+
+def _progress_setting(callback_cfg) -> dict:
+    """A callback's own ``progress: auto`` (the evaluation's encoding bar) settled for this terminal."""
+    value = callback_cfg.get("progress") if OmegaConf.is_dict(callback_cfg) else None
+    return {"progress": progress_enabled(value)} if isinstance(value, str) else {}
 
 
 def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict:
@@ -119,11 +132,8 @@ def train(cfg: DictConfig) -> dict:
             if hasattr(logger, "keep_existing"):
                 logger.keep_existing = True
         log.info("resuming from %s (step %d)", ckpt_path, resumed_step)
-    # the loader yields index batches (cheap); images are made on the device, so no workers are needed
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-    # manual optimization: a checkpoint at step N holds the weights after N updates, as with automatic
-    # optimization; that is what resuming needs, so Lightning's warning about the post-step state is noise
-    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
+    if ckpt_path is None:
+        _warn_stale_checkpoints(job.trainer)
     start = time.perf_counter()
     job.trainer.fit(job.model, datamodule=job.datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path))
     if job.evaluation is not None and resumed_step is not None and resumed_step >= job.trainer.max_steps:
@@ -134,9 +144,83 @@ def train(cfg: DictConfig) -> dict:
     result = dict(job.evaluation.last or {}) if job.evaluation else {}
     result["wall_seconds"] = wall
     if cfg.get("print_summary", True) and job.trainer.is_global_zero:
-        title = f"{cfg.model.name} on {cfg.data.name}: final evaluation"
+        # the data module's own name where a data config names none (the run is done: the table must print)
+        data_name = cfg.data.get("name") or getattr(job.datamodule, "name", "data")
+        title = f"{cfg.model.get('name') or type(job.model).__name__} on {data_name}: final evaluation"
         print_summary(title, result, job.evaluation.artifacts if job.evaluation else {})
     return result
+
+
+def quiet_known_noise() -> None:
+    """Silence what Lightning and torch print on every run that a user cannot act on, each by its exact message."""
+    # the loader yields index batches (cheap); images are made on the device, so no workers are needed
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    # manual optimization: a checkpoint at step N holds the weights after N updates, as with automatic
+    # optimization; that is what resuming needs, so Lightning's warning about the post-step state is noise
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
+    # Lightning's own pytree helper builds torch's LeafSpec, deprecated by recent torch: nothing to change here
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
+    # the checkpoint directory always holds checkpoints/hydra (keep_run_config) and, when resuming, the run's own
+    # checkpoints; a fresh start over an earlier run's checkpoints gets its own line (_warn_stale_checkpoints)
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    rank_zero = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    if not any(isinstance(f, _NoTips) for f in rank_zero.filters):
+        rank_zero.addFilter(_NoTips())
+
+
+class _NoTips(logging.Filter):
+    """Drops Lightning's "💡 Tip: try installing litlogger/litmodels" advertisements."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+def _warn_stale_checkpoints(trainer: pl.Trainer) -> None:
+    """A fresh start whose checkpoint directory holds an earlier run's checkpoints: say what happens to them."""
+    dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)
+    if not trainer.is_global_zero or not dirpath or not Path(dirpath).is_dir():
+        return
+    found = sorted(p.name for p in Path(dirpath).glob("*.ckpt"))
+    if found:
+        log.warning("%s holds an earlier run's checkpoints (%s): this fresh start overwrites its last.ckpt; "
+                    "auto_resume=true continues that run instead, another hydra.run.dir keeps both",
+                    dirpath, ", ".join(found[:3]))
+
+
+class ModelSummary(pl.callbacks.RichModelSummary):
+    """Lightning's model summary without its FLOPs column and total when no FLOPs were counted: Lightning counts
+    them only through a model's ``example_input_array``, which these models do not define, and printed 0s."""
+
+    @staticmethod
+    def summarize(summary_data, total_parameters, trainable_parameters, model_size, total_training_modes,
+                  total_flops, **summarize_kwargs) -> None:
+        from pytorch_lightning.utilities.model_summary import (
+            get_formatted_model_size,
+            get_human_readable_count,
+        )
+        from rich import get_console
+        from rich.table import Table
+
+        columns = [(name, values) for name, values in summary_data if name != "FLOPs" or total_flops]
+        table = Table(header_style=summarize_kwargs.get("header_style", "bold magenta"))
+        for name, _ in columns:
+            table.add_column(name, style="dim" if name == " " else None,
+                             justify="left" if name in (" ", "Name", "Type", "Mode") else "right")
+        for row in zip(*(values for _, values in columns)):
+            table.add_row(*(str(v) for v in row))
+        console = get_console()
+        console.print(table)
+        totals = [("Trainable params", get_human_readable_count(int(trainable_parameters))),
+                  ("Non-trainable params", get_human_readable_count(int(total_parameters - trainable_parameters))),
+                  ("Total params", get_human_readable_count(int(total_parameters))),
+                  ("Total estimated model params size (MB)", get_formatted_model_size(model_size)),
+                  ("Modules in train mode", total_training_modes["train"]),
+                  ("Modules in eval mode", total_training_modes["eval"])]
+        if total_flops:
+            totals.append(("Total FLOPs", get_human_readable_count(total_flops)))
+        for label, value in totals:
+            console.print(f"[bold]{label}[/]: {str(value).strip()}")
 
 
 CONFIG_COPY = Path("checkpoints") / "hydra"  # the .hydra/ files of the last start that went ahead

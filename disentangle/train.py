@@ -15,35 +15,48 @@ from omegaconf import DictConfig
 
 from . import config
 from .errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
+from .paths import config_dir, sweep_arguments
 
 log = logging.getLogger(__name__)
 
 
-@hydra.main(config_path="../conf", config_name="train", version_base="1.3")
+@hydra.main(config_path=str(config_dir()), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from .callbacks import EvaluationError
-    from .multirun import in_multirun, record_failure
+    from .multirun import clear_failure, in_multirun, record_failure
     from .run import train
 
     multirun = in_multirun()
     try:
-        return objective(cfg, train(cfg))
+        value = objective(cfg, train(cfg))
     except (ConfigError, DatasetNotFoundError, NonFiniteLossError, EvaluationError) as exc:
         # a metric failing (EvaluationError) keeps the checkpoints: `python -m disentangle.evaluate`
         line = f"error: {config.one_line(exc)}"
         print(line, file=sys.stderr)
+        record_failure(_output_dir(cfg), line)  # the run directory says why it has no metrics.json
         if multirun:  # the sweep goes on; its summary lists this job
-            record_failure(cfg.paths.output_dir, line)
             return None
         sys.exit(1 if isinstance(exc, EvaluationError) else 3 if isinstance(exc, NonFiniteLossError) else 2)
     except Exception as exc:  # an unexpected error: in a sweep, log it and go on with the other jobs
-        if not multirun:
-            raise
-        log.exception("job failed")
         line = f"error: {type(exc).__name__}: {config.one_line(exc)}"
+        record_failure(_output_dir(cfg), line)
+        if not multirun:
+            raise  # a bug: its traceback is wanted
+        log.exception("job failed")
         print(line, file=sys.stderr)
-        record_failure(cfg.paths.output_dir, line)
         return None
+    clear_failure(_output_dir(cfg))  # a run resumed after a failure has succeeded now
+    return value
+
+
+def _output_dir(cfg: DictConfig) -> str:
+    """The job's directory, also where ``paths`` itself is broken (the error being reported may be that)."""
+    try:
+        return str(cfg.paths.output_dir)
+    except Exception:  # noqa: BLE001
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get().runtime.output_dir
 
 
 def objective(cfg: DictConfig, result: dict) -> float | None:
@@ -118,13 +131,13 @@ def _override_key(override: str) -> str:
 
 
 def cli() -> None:
-    sys.argv[1:] = resume_arguments(sys.argv[1:])
+    sys.argv[1:] = sweep_arguments(resume_arguments(sys.argv[1:]))
     # `--cfg job` shows resolved values (per-dataset lambdas, n_latents) rather than interpolations
     args = sys.argv[1:]
     shows_job = any(a in ("--cfg", "-c") and args[i + 1 : i + 2] == ["job"] for i, a in enumerate(args))
     if shows_job and "--resolve" not in args:
         sys.argv.append("--resolve")
-    main()
+    config.run_app(main)  # a mistake in the command line: one line, exit 2
 
 
 if __name__ == "__main__":

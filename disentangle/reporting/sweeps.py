@@ -8,7 +8,7 @@ a directory came from and applies its rule; a flag given on the command line win
 Which sweep: the ``multirun.yaml`` Hydra writes in the sweep directory (looked for in DIR, two levels above it,
 and below it down to the run directories), else the run's own ``.hydra/hydra.yaml`` when DIR is a run: its
 ``hydra.job.config_name`` (the ``-cn`` name) in the config directory it was read from (the ``-cd`` path in
-``hydra.runtime.config_sources``), else in this checkout's ``sweeps/``. A plain multirun (config ``train``) has no
+``hydra.runtime.config_sources``), else in the project's ``sweeps/``. A plain multirun (config ``train``) has no
 rule. When the directories' rules disagree on a flag the command line does not give, the report stops and asks for
 it.
 """
@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..paths import sweeps_dir
+
 RULE_PREFIX = "# Report:"
 # the flags a rule may carry -> the option they set; --pool takes one or more values, the others one
 RULE_FLAGS = {"--select-checkpoint": "select_checkpoint", "--psnr-min": "psnr_min", "--select": "select",
               "--select-by": "select_by", "--stat": "stat", "--pool": "pool", "--ddof": "ddof"}
 OPTION_FLAGS = {v: k for k, v in RULE_FLAGS.items()}
-SWEEP_DIR = Path(__file__).resolve().parents[2] / "sweeps"  # this checkout's sweep files
+SWEEP_DIR = sweeps_dir()  # the checkout's sweep files, or the installed package's
 _ANCESTORS = 2
 
 
