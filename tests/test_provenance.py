@@ -21,7 +21,8 @@ def test_the_versions_are_the_installed_distributions_and_the_checkout_commit():
     assert versions["python"] == platform.python_version()
     for dist, key in (("torch", "torch"), ("scikit-learn", "scikit_learn"), ("wandb", "wandb"), ("numpy", "numpy")):
         assert versions[key] == metadata.version(dist)
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
     assert versions["git_commit"] == head and isinstance(versions["git_dirty"], bool)
 
 
