@@ -18,10 +18,13 @@ from .errors import ConfigError, DatasetNotFoundError
 from .metrics.suite import check_metric_names
 from .paths import config_dir
 
-__all__ = ["checkpoint_path", "cli", "evaluate_checkpoint", "load_checkpoint", "main"]
+__all__ = ["checkpoint_path", "cli", "evaluate_checkpoint", "evaluation_settings", "load_checkpoint", "main"]
 
 
-def evaluate_checkpoint(cfg: DictConfig) -> dict:
+def evaluate_checkpoint(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+    """Evaluate ``cfg.ckpt`` with the run's own evaluation settings (``eval_settings=run``, the default) or the
+    defaults of conf/callbacks (``eval_settings=default``); ``overrides``, the command line's (Hydra's task
+    overrides when None), go on top either way."""
     import torch
     from hydra.utils import instantiate
 
@@ -37,7 +40,8 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     out = Path(cfg.output_dir).expanduser() if cfg.output_dir else path.parent
-    settings = cfg.callbacks.evaluation
+    settings, source = evaluation_settings(cfg, run, _task_overrides() if overrides is None else overrides)
+    print(f"evaluation settings: {source}")
     extra = {}
     if "progress" in settings:  # auto: a bar only in a terminal
         extra["progress"] = config.progress_enabled(settings.progress, "callbacks.evaluation.progress")
@@ -49,6 +53,54 @@ def evaluate_checkpoint(cfg: DictConfig) -> dict:
     title = f"{run.model.name} ({path.name}, step {ckpt.get('global_step', '?')}) on {datamodule.name}"
     print_summary(title, result, evaluator.artifacts)
     return result
+
+
+EVALUATION = "callbacks.evaluation"
+
+
+def evaluation_settings(cfg: DictConfig, run: DictConfig, overrides: list[str]) -> tuple[DictConfig, str]:
+    """The evaluation callback's settings for a re-evaluation, and a line saying where they came from.
+
+    ``eval_settings=run``: the run's own ``callbacks.evaluation``, stored resolved in the checkpoint (its estimators'
+    options, ``n_samples``, ...), so re-evaluating a checkpoint repeats what training computed; ``default``: this
+    command's composed ``callbacks`` (conf/callbacks/default.yaml). ``callbacks.evaluation.*`` overrides on the
+    command line apply on top of either."""
+    mode = str(cfg.get("eval_settings", "run"))
+    if mode not in ("run", "default"):
+        raise ConfigError(f"eval_settings={mode}: choose run (the checkpoint's own) or default (conf/callbacks)")
+    stored = OmegaConf.select(run, EVALUATION) if mode == "run" else None
+    if mode == "run" and stored is None:
+        source = "conf/callbacks/default.yaml (the checkpoint stores no evaluation settings)"
+    else:
+        source = "the run's own, stored in the checkpoint" if mode == "run" else "conf/callbacks/default.yaml"
+    if stored is None:
+        return cfg.callbacks.evaluation, _with_overrides(source, [])
+    settings = OmegaConf.create(OmegaConf.to_container(stored, resolve=True))
+    applied = []
+    for item in overrides:
+        key = item.lstrip("+~").split("=", 1)[0]
+        if not key.startswith(EVALUATION + "."):
+            continue
+        sub = key[len(EVALUATION) + 1:]
+        if item.startswith("~"):
+            parent, _, leaf = sub.rpartition(".")
+            node = OmegaConf.select(settings, parent) if parent else settings
+            if node is not None and leaf in node:
+                node.pop(leaf)
+        else:
+            OmegaConf.update(settings, sub, OmegaConf.select(cfg, key), force_add=True)
+        applied.append(item)
+    return settings, _with_overrides(source, applied)
+
+
+def _with_overrides(source: str, applied: list[str]) -> str:
+    return f"{source}; from the command line: {' '.join(applied)}" if applied else source
+
+
+def _task_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
 
 
 def checkpoint_path(cfg: DictConfig) -> Path:
