@@ -30,14 +30,16 @@ $(STAMP): pyproject.toml $(LOCK)
 		$(PY) -m pip install "torch==$(TORCH_VERSION)+cpu" 2>/dev/null \
 		|| $(PY) -m pip install torch --index-url $(TORCH_CPU_INDEX); \
 	fi
+	@# the torch just chosen stays: no dependency (nor test-latest's eager upgrade) may swap it for a CUDA build
+	@$(PY) -c 'import torch; print("torch==" + torch.__version__)' > $(VENV)/torch-constraint.txt
 	@# the project's distribution was once named `disentangle`: an old editable install would shadow the new one
 	@$(PY) -m pip uninstall --quiet --yes disentangle >/dev/null 2>&1 || true
 	@if [ "$(USE_LOCK)" = 1 ] && [ "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$(LOCK_PYTHON)" ]; \
-	then echo "installing the locked versions ($(LOCK))"; $(PY) -m pip install --quiet -e ".[dev]" -c $(LOCK); \
+	then echo "installing the locked versions ($(LOCK))"; $(PY) -m pip install --quiet -e ".[dev]" -c $(LOCK) -c $(VENV)/torch-constraint.txt; \
 	elif [ "$(USE_LOCK)" = 1 ]; then echo "note: $(LOCK) is for Python $(LOCK_PYTHON): resolving pyproject's ranges"; \
-		$(PY) -m pip install --quiet -e ".[dev]"; \
+		$(PY) -m pip install --quiet -e ".[dev]" -c $(VENV)/torch-constraint.txt; \
 	else echo "installing the newest versions pyproject allows"; \
-		$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[dev]"; fi
+		$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[dev]" -c $(VENV)/torch-constraint.txt; fi
 	@! $(PY) -m pip list 2>/dev/null | grep -qi '^nvidia-' || [ -n "$$(command -v nvidia-smi)" ] \
 		|| (echo "error: CUDA packages were pulled onto a CPU machine" >&2; exit 1)
 	touch $(STAMP)
@@ -52,7 +54,7 @@ test-slow: install
 	$(PY) -m pytest -q -m slow
 
 # The suite on the newest releases pyproject allows (its own venv, .venv-latest), so that dependency drift shows
-# here before it reaches users; `make lock` then adopts them once green.
+# here before it reaches users; `make lock` then adopts them once green. torch stays the machine's build.
 test-latest:
 	rm -f .venv-latest/.installed
 	@# the check that the environment is the locked one fails here by design
