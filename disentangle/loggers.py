@@ -2,22 +2,29 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
 def wandb_logger(save_dir: str, project: str = "disentangle", offline: bool | None = None, group: str | None = None,
-                 tags: Sequence[str] = (), model: str | None = None, data: str | None = None, seed=None, **kwargs):
+                 tags: Sequence[str] = (), model: str | None = None, data: str | None = None, seed=None,
+                 run_config: Mapping | None = None, runtime: Mapping | None = None, key: str | None = None,
+                 **kwargs):
     """The real W&B logger; offline unless an API key is configured, and ``WANDB_MODE`` always wins.
 
     A Hydra sweep is one W&B group: ``group=None`` means the sweep's name in a multirun (its directory's name,
     after the sweep config's name when it is not ``train``) and ``<model>-<data>`` in a single run. The run is
-    tagged ``<model>``, ``<data>``, ``seed=<seed>`` and, in a sweep, ``sweep=<name>``; the W&B config gets those and
-    the job's command-line overrides. At the end the final metrics (``metrics.json``) go into the run summary and
-    the W&B run is finished, so that the next job of a sweep starts its own run."""
+    tagged ``<model>``, ``<data>``, ``seed=<seed>`` and, in a sweep, ``sweep=<name>``. The W&B config gets those,
+    the job's command-line overrides and, given ``run_config`` (the whole resolved job config, as
+    :func:`disentangle.run.build` passes it), every entry of it as a dotted key (``model.optimizer.lr``,
+    ``model.regularizers.klm.weight``, ``trainer.precision``, ...) plus ``config_key`` (``key``, from
+    :func:`config_key`: the same for all seeds of one configuration, so W&B can group by it) and ``runtime.*``. At the end the final
+    metrics (``metrics.json``) and the best InfoM with its step go into the run summary and the W&B run is finished,
+    so that the next job of a sweep starts its own run."""
     offline = wandb_mode() != "online" if offline is None else offline
     sweep = current_sweep()
     if group is None:
@@ -27,9 +34,46 @@ def wandb_logger(save_dir: str, project: str = "disentangle", offline: bool | No
         tags.append(f"seed={seed}")
     if sweep:
         tags.append(f"sweep={sweep}")
-    config = {"model": model, "data": data, "seed": seed, "sweep": sweep, **_job_overrides(), **kwargs.pop("config", {})}
+    config = {"model": model, "data": data, "seed": seed, "sweep": sweep, **_job_overrides()}
+    if run_config is not None:
+        config.update(flatten(run_config, skip=("hydra",)))
+    if key is not None:
+        config["config_key"] = key
+    config.update(flatten({"runtime": dict(runtime or {})}))
+    config.update(kwargs.pop("config", {}))
     return _logger_class()(save_dir=save_dir, project=project, offline=offline, group=group,
                            tags=list(dict.fromkeys(t[:64] for t in tags)), config=config, **kwargs)
+
+
+def flatten(tree: Mapping, prefix: str = "", skip: Sequence[str] = ()) -> dict:
+    """``{"model": {"optimizer": {"lr": 1e-3}}}`` -> ``{"model.optimizer.lr": 1e-3}`` (lists stay values)."""
+    out = {}
+    for key, value in tree.items():
+        if key in skip:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+# Not hyperparameters: where a job writes, how it logs and shows progress, and which seed it is.
+_NOT_CONFIGURATION = ("seed", "paths", "logger", "hydra", "resume", "auto_resume", "print_summary", "runs_per_gpu")
+_NOT_CONFIGURATION_LEAVES = ("output_dir", "dirpath", "progress", "background", "enable_progress_bar",
+                             "enable_model_summary")
+
+
+def config_key(run_config: Mapping) -> str:
+    """A short stable hash of a job's hyperparameters, all but the seed (and where it writes, how it logs): the
+    seeds of one configuration share it, so a W&B dashboard groups by it for the mean and spread over seeds.
+    ``run_config`` is the job config unresolved, so that values drawn from the seed (``data.seed: ${seed}``) keep
+    their ``${seed}`` and only the seed itself is left out."""
+    flat = flatten(run_config, skip=_NOT_CONFIGURATION)
+    kept = {k: v for k, v in flat.items() if k.rsplit(".", 1)[-1] not in _NOT_CONFIGURATION_LEAVES}
+    text = json.dumps(sorted(kept.items()), default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 def wandb_mode() -> str:
@@ -102,6 +146,7 @@ def _logger_class():
                 return
             if status == "success":
                 run.summary.update(final_metrics(Path(self.save_dir or ".") / "metrics.json"))
+                run.summary.update(best_evaluation(Path(self.save_dir or ".") / "metrics_history.jsonl"))
             write_run_record(run, Path(self.save_dir or ".") / RUN_RECORD)
             # a Hydra sweep runs its jobs in one process: without this the next job would log into this run
             run.finish(exit_code=0 if status in ("success", "finished") else 1)
@@ -147,6 +192,25 @@ def final_metrics(path: Path) -> dict:
         if isinstance(value, (int, float)) and math.isfinite(value) or isinstance(value, str):
             out[key] = value
     return out
+
+
+def best_evaluation(history: Path, metric: str = "infom") -> dict:
+    """``best_<metric>`` and ``best_<metric>_step``: the highest value among a run's evaluations
+    (``metrics_history.jsonl``), e.g. the best InfoM and when it was reached; empty when there is none."""
+    best = None
+    try:
+        lines = Path(history).read_text().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        value = entry.get(metric)
+        if isinstance(value, (int, float)) and math.isfinite(value) and (best is None or value > best[0]):
+            best = (float(value), int(entry.get("step", -1)))
+    return {} if best is None else {f"best_{metric}": best[0], f"best_{metric}_step": best[1]}
 
 
 def _has_netrc_key() -> bool:

@@ -54,7 +54,12 @@ def build(cfg: DictConfig) -> Job:
         summary = bool(cfg.trainer.get("enable_model_summary", True))
         if summary and not any(isinstance(c, pl.callbacks.ModelSummary) for c in callbacks):
             callbacks.append(ModelSummary())  # in place of Lightning's default one (see the class)
-        logger = instantiate(cfg.logger) if cfg.get("logger") else False
+        run_config = OmegaConf.to_container(cfg, resolve=True)  # stored in checkpoints; the W&B run config
+        run_config["trainer"]["precision"] = precision["precision"]  # what ran, not "auto"
+        run_config["tf32"] = precision["tf32"]
+        # the extras go to the factory as they are (instantiate would build every _target_ inside run_config)
+        logger = instantiate(cfg.logger, _partial_=True)(
+            **_logger_extras(cfg, run_config, {**precision, **placement.record})) if cfg.get("logger") else False
         extra = {}
         if model.updates_per_step > 1 and cfg.trainer.get("strategy") == "ddp":
             # several backward passes per step, each reaching only some networks: DDP must find the unused ones
@@ -74,13 +79,21 @@ def build(cfg: DictConfig) -> Job:
     if batch and trainer.world_size > 1 and batch % trainer.world_size:
         raise ConfigError(f"model.batch_size={batch} is the global batch (the paper's): it must divide evenly over "
                           f"the {trainer.world_size} processes (trainer.devices x trainer.num_nodes)")
-    model.run_config = OmegaConf.to_container(cfg, resolve=True)
-    model.run_config["trainer"]["precision"] = precision["precision"]  # what ran, not "auto"
-    model.run_config["tf32"] = precision["tf32"]
+    model.run_config = run_config
     model.runtime.update(precision)
     model.runtime.update(placement.record)  # where it ran (device, job, GPUs): in metrics.json
     evaluation = next((c for c in callbacks if isinstance(c, DisentanglementEvaluation)), None)
     return Job(cfg, datamodule, model, trainer, evaluation)
+
+
+def _logger_extras(cfg: DictConfig, run_config: dict, runtime: dict) -> dict:
+    """The whole resolved config and the runtime record for a logger that takes them (W&B's run config)."""
+    if str(cfg.logger.get("_target_", "")) == "disentangle.loggers.wandb_logger":
+        from .loggers import config_key
+
+        return {"run_config": run_config, "runtime": runtime,
+                "key": config_key(OmegaConf.to_container(cfg, resolve=False))}
+    return {}
 
 
 def _progress_setting(callback_cfg) -> dict:

@@ -489,11 +489,17 @@ def test_a_sweep_is_one_wandb_group_with_tagged_runs_and_final_metrics_in_the_su
         model, seed = metrics["method"], yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["seed"]
         assert info["group"] == "report_sweep"
         assert {model, "shapes2d", f"seed={seed}", "sweep=report_sweep"} <= set(info["tags"])
-        assert info["config"]["model"] == model and info["config"]["sweep"] == "report_sweep"
+        assert info["config"]["model"] == info["config"]["model.name"] == model
+        assert info["config"]["sweep"] == "report_sweep" and info["config"]["model.optimizer.lr"] > 0
+        assert len(info["config"]["config_key"]) == 12
         assert info["summary"]["infom"] == pytest.approx(metrics["infom"])
         assert info["summary"]["method"] == model
         infos[run_dir.name] = info
     assert len(infos) == 4 and len({i["id"] for i in infos.values()}) == 4  # each job its own W&B run
+    keys = {}  # one configuration key per model, shared by its two seeds
+    for info in infos.values():
+        keys.setdefault(info["config"]["model"], set()).add(info["config"]["config_key"])
+    assert all(len(k) == 1 for k in keys.values()) and keys["qlae"] != keys["ae"]
 
 
 def test_the_report_table_is_logged_to_wandb_offline(sweep, tmp_path, capsys, monkeypatch):

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import FAST, MODELS, compose_config, run_cli
+from omegaconf import OmegaConf
 
 from disentangle.callbacks.gather import decode_interventions
 from disentangle.errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
+from disentangle.loggers import config_key
 from disentangle.metrics.suite import resolve_options
 from disentangle.run import build, train
 
@@ -218,6 +220,26 @@ def test_wandb_logger_runs_offline_with_the_real_library(tmp_path):
     files = {p.name for p in runs[0].rglob("*")}
     assert any(name.endswith(".wandb") for name in files)
     assert list(runs[0].rglob("*.png")), "figures were not logged to W&B"
+    # what the live run reported (wandb's public attributes): the whole experiment, the best InfoM
+    record = json.loads((tmp_path / "wandb_run.json").read_text())
+    config, summary = record["config"], record["summary"]
+    assert config["model.optimizer.lr"] == cfg.model.optimizer.lr and config["trainer.precision"] == "32-true"
+    assert config["model.name"] == config["model"] == "tripod" and config["seed"] == 0 and config["runtime.precision"] == "32-true"
+    assert any(k.startswith("model.regularizers.") for k in config) and len(config) > 100
+    assert len(config["config_key"]) == 12
+    history = [json.loads(line) for line in (tmp_path / "metrics_history.jsonl").read_text().splitlines()]
+    best = max(history, key=lambda e: e["infom"])
+    assert summary["best_infom"] == pytest.approx(best["infom"]) and summary["best_infom_step"] == best["step"]
+    assert summary["infom"] == pytest.approx(json.loads((tmp_path / "metrics.json").read_text())["infom"])
+
+
+def test_config_key_is_shared_by_the_seeds_of_a_configuration_and_only_by_them(tmp_path):
+    def key(*overrides):
+        return config_key(OmegaConf.to_container(compose_config(FAST + list(overrides), tmp_path), resolve=False))
+
+    base = key("model=qlae", "seed=0")
+    assert base == key("model=qlae", "seed=1") == key("model=qlae", "seed=0", "trainer.enable_progress_bar=true")
+    assert base != key("model=qlae", "model.optimizer.lr=0.0005") and base != key("model=tripod")
 
 
 def test_a_regularizer_that_needs_a_distribution_fails_on_the_command_line_naming_it(tmp_path):
