@@ -19,9 +19,11 @@ class BarsDataModule(FactorDataModule):
 
     name = "bars"
 
-    def __init__(self, resolution: int = 32, positions: int = 8, max_width: int = 3,
+    def __init__(self, name: str = "bars", resolution: int = 32, positions: int = 8, max_width: int = 3,
                  factor_names: Sequence[str] | None = None, factor_sizes: Sequence[int] | None = None, **kwargs):
         super().__init__(**kwargs)
+        if name != self.name:  # data.name names the run's directory and keys each model's per-dataset values
+            raise ValueError(f"data.name must be {self.name!r} for this data module (got {name!r})")
         if int(positions) < 2 or int(max_width) < 1 or int(resolution) < int(positions) * int(max_width):
             raise ValueError(f"data: need positions >= 2, max_width >= 1 and resolution >= positions x max_width "
                              f"(got {positions}, {max_width}, {resolution})")
