@@ -183,7 +183,14 @@ def test_ddp_training_evaluation_equals_single_process_evaluation_of_the_same_we
     model = instantiate(stored.model, **ckpt["disentangle_shape"])
     model.load_state_dict(ckpt["state_dict"])
     evaluator = instantiate(stored.callbacks.evaluation, output_dir=tmp_path / "single")
-    evaluator.run(model, datamodule, step=4)
+    # Lightning gives each of the 2 local DDP processes cpus // 2 intra-op threads; a convolution's reductions split
+    # over another number of threads round differently (~1e-7), so this process encodes with what a rank had
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
+    try:
+        evaluator.run(model, datamodule, step=4)
+    finally:
+        torch.set_num_threads(threads)
 
     ddp_arrays, single_arrays = np.load(run_dir / "latents.npz"), np.load(tmp_path / "single" / "latents.npz")
     for key in ("latents", "factors", "psnr", "mse"):
