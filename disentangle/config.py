@@ -53,6 +53,18 @@ def progress_enabled(value, key: str = "enable_progress_bar") -> bool:
     raise ConfigError(f"{key}={value!r}: choose auto, true or false")
 
 
+def progress_setting(callback_cfg, key: str = "callbacks.evaluation.progress") -> dict:
+    """A callback config's own ``progress: auto`` (the evaluation's encoding bar) settled for this terminal, as the
+    keyword to instantiate it with; empty when it has no such switch or it is already a bool."""
+    value = callback_cfg.get("progress") if OmegaConf.is_dict(callback_cfg) else None
+    return {"progress": progress_enabled(value, key)} if isinstance(value, str) else {}
+
+
+def override_key(override: str) -> str:
+    """The key or group an override sets: ``+model/latent@x=gaussian`` -> ``model/latent``."""
+    return override.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
+
+
 def _isatty(stream) -> bool:
     try:
         return bool(stream.isatty())
@@ -338,10 +350,8 @@ def _message(exc: BaseException) -> str:
 def _typed_override(args: Sequence[str], key: str) -> str | None:
     """The command-line override of ``key`` (a group or a dotted key), as typed."""
     for arg in args:
-        if "=" in arg and not arg.startswith("-"):
-            name = arg.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
-            if name == key:
-                return arg
+        if "=" in arg and not arg.startswith("-") and override_key(arg) == key:
+            return arg
     return None
 
 

@@ -42,11 +42,8 @@ def evaluate_checkpoint(cfg: DictConfig, overrides: list[str] | None = None) -> 
     out = Path(cfg.output_dir).expanduser() if cfg.output_dir else path.parent
     settings, source = evaluation_settings(cfg, run, _task_overrides() if overrides is None else overrides)
     print(f"evaluation settings: {source}")
-    extra = {}
-    if "progress" in settings:  # auto: a bar only in a terminal
-        extra["progress"] = config.progress_enabled(settings.progress, "callbacks.evaluation.progress")
-    try:
-        evaluator = instantiate(settings, output_dir=out, **extra)
+    try:  # progress: auto means a bar only in a terminal
+        evaluator = instantiate(settings, output_dir=out, **config.progress_setting(settings))
     except Exception as exc:
         raise ConfigError(config.one_line(exc)) from exc
     result = evaluator.run(model, datamodule, step=int(ckpt.get("global_step", 0)), metrics=metrics)
@@ -78,7 +75,7 @@ def evaluation_settings(cfg: DictConfig, run: DictConfig, overrides: list[str]) 
     settings = OmegaConf.create(OmegaConf.to_container(stored, resolve=True))
     applied = []
     for item in overrides:
-        key = item.lstrip("+~").split("=", 1)[0]
+        key = config.override_key(item)
         if not key.startswith(EVALUATION + "."):
             continue
         sub = key[len(EVALUATION) + 1:]

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import config as _config  # noqa: F401  (registers the resolvers used by conf/)
 from .callbacks import DisentanglementEvaluation
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
-from .config import one_line, progress_enabled
+from .config import one_line, progress_enabled, progress_setting
 from .data import DatasetNotFoundError
 from .devices import job_placement
 from .errors import ConfigError
@@ -47,7 +47,7 @@ def build(cfg: DictConfig) -> Job:
         precision = precision_of(cfg, model, placement.trainer_kwargs.get("accelerator"))
         # progress bars: `auto` (the default) draws them only in a terminal, not into log files and pipes
         progress = progress_enabled(cfg.trainer.get("enable_progress_bar", "auto"), "trainer.enable_progress_bar")
-        callbacks = [instantiate(c, **_progress_setting(c)) for c in (cfg.get("callbacks") or {}).values()
+        callbacks = [instantiate(c, **progress_setting(c)) for c in (cfg.get("callbacks") or {}).values()
                      if c is not None]
         if not progress:  # the switch wins over the configured bar
             callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]
@@ -94,12 +94,6 @@ def _logger_extras(cfg: DictConfig, run_config: dict, runtime: dict) -> dict:
         return {"run_config": run_config, "runtime": runtime,
                 "key": config_key(OmegaConf.to_container(cfg, resolve=False))}
     return {}
-
-
-def _progress_setting(callback_cfg) -> dict:
-    """A callback's own ``progress: auto`` (the evaluation's encoding bar) settled for this terminal."""
-    value = callback_cfg.get("progress") if OmegaConf.is_dict(callback_cfg) else None
-    return {"progress": progress_enabled(value)} if isinstance(value, str) else {}
 
 
 def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict:

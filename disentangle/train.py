@@ -100,9 +100,9 @@ def resume_arguments(args: list[str]) -> list[str]:
     except ConfigError as exc:
         print(f"error: {config.one_line(exc)}", file=sys.stderr)
         sys.exit(2)
-    given = {_override_key(a) for a in args}
+    given = {config.override_key(a) for a in args}
     previous = [o for o in (yaml.safe_load(stored.read_text()) or [])
-                if _override_key(o) not in given and _override_key(o) not in ("resume", "auto_resume")]
+                if config.override_key(o) not in given | {"resume", "auto_resume"}]
     extra = [] if "hydra.run.dir" in given else [f"hydra.run.dir={run_dir}"]
     return [*previous, *args, *extra]
 
@@ -110,8 +110,8 @@ def resume_arguments(args: list[str]) -> list[str]:
 def _check_auto_resume(args: list[str]) -> None:
     """``auto_resume=true`` with ``hydra.run.dir=DIR`` whose ``checkpoints/last.ckpt`` is unreadable or partial: stop
     in one line before Hydra writes DIR/.hydra, so the run directory stays as it was."""
-    flag = next((a.split("=", 1)[1] for a in args if _override_key(a) == "auto_resume"), "false")
-    run_dir = next((a.split("=", 1)[1] for a in args if _override_key(a) == "hydra.run.dir"), None)
+    flag = next((a.split("=", 1)[1] for a in args if config.override_key(a) == "auto_resume"), "false")
+    run_dir = next((a.split("=", 1)[1] for a in args if config.override_key(a) == "hydra.run.dir"), None)
     if flag.lower() != "true" or not run_dir:
         return
     from .checkpointing import check_checkpoint, find_checkpoint
@@ -124,10 +124,6 @@ def _check_auto_resume(args: list[str]) -> None:
     except ConfigError as exc:
         print(f"error: {config.one_line(exc)}", file=sys.stderr)
         sys.exit(2)
-
-
-def _override_key(override: str) -> str:
-    return override.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
 
 
 def cli() -> None:
