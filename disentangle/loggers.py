@@ -41,7 +41,10 @@ def wandb_logger(save_dir: str, project: str = "disentangle", offline: bool | No
         config["config_key"] = key
     config.update(flatten({"runtime": dict(runtime or {})}))
     config.update(kwargs.pop("config", {}))
-    return _logger_class()(save_dir=save_dir, project=project, offline=offline, group=group,
+    # the mode goes to wandb.init: Lightning's own offline=True refuses log_model (an offline run keeps its
+    # artifacts for `wandb sync`) and sets WANDB_MODE for the whole process
+    kwargs.setdefault("mode", "offline" if offline else "online")
+    return _logger_class()(save_dir=save_dir, project=project, offline=False, group=group,
                            tags=list(dict.fromkeys(t[:64] for t in tags)), config=config, **kwargs)
 
 
@@ -128,9 +131,13 @@ def _job_overrides() -> dict:
 @functools.cache
 def _logger_class():
     """WandbLogger with the final metrics in the run summary; made on first use (pytorch_lightning is heavy)."""
+    from lightning_fabric.utilities.rank_zero import rank_zero_only
     from pytorch_lightning.loggers import WandbLogger
 
     class SummaryWandbLogger(WandbLogger):
+        """Lightning's W&B logger that writes which run it is (``wandb_run.json``) as soon as the run exists, goes
+        on with that run when training resumes (:meth:`resume_from`), and puts the final metrics in the summary."""
+
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             # Lightning passes anonymous=None to wandb.init, which recent wandb warns about on every run; unset,
@@ -138,6 +145,73 @@ def _logger_class():
             init = getattr(self, "_wandb_init", None)
             if isinstance(init, dict) and init.get("anonymous") is None:
                 init.pop("anonymous", None)
+            self._logged: set[tuple[int, str]] = set()  # (step, key) the run's earlier processes persisted
+            self._replay: tuple[Path, int] | None = None
+
+        def resume_from(self, output_dir, step: int) -> None:
+            """Go on with the W&B run of the run directory (its ``wandb_run.json``) from the checkpoint at
+            ``step``: the same run id (wandb's ``resume="allow"``); the points its transaction logs already hold
+            are not logged again (training resumes exactly, so they would be the same values); the evaluations up
+            to ``step`` that they lack (the wandb service loses what it had not written at a kill) are logged from
+            the run's history (``metrics_history.jsonl``, already cut back to ``step``), with their figures."""
+            from .wandb_log import logged_points
+
+            try:
+                record = json.loads((Path(output_dir) / RUN_RECORD).read_text())
+                run_id = str(record["id"])
+            except (OSError, ValueError, KeyError, TypeError):
+                return  # no W&B run known: a new one
+            self._id = self._wandb_init["id"] = run_id
+            self._wandb_init["resume"] = "allow"
+            import wandb
+
+            if wandb.run is None:  # an earlier run of this process: its service writes its log after finish()
+                wandb.teardown()
+            wandb_dir = Path(record["dir"]).parent if record.get("dir") else Path(self.save_dir or ".") / "wandb"
+            self._logged = logged_points(wandb_dir, run_id)
+            self._replay = (Path(output_dir), int(step))
+
+        @property
+        def experiment(self):
+            fresh = self._experiment is None
+            run = WandbLogger.experiment.fget(self)
+            if fresh and self._experiment is not None and rank_zero_only.rank == 0:
+                write_run_record(run, Path(self.save_dir or ".") / RUN_RECORD)  # the id a resumed run goes on with
+                if self._replay is not None:
+                    replay, self._replay = self._replay, None
+                    self._log_missing_evaluations(*replay)
+            return run
+
+        def log_metrics(self, metrics, step=None) -> None:
+            if self._logged and step is not None:
+                metrics = {k: v for k, v in metrics.items() if (int(step), k) not in self._logged}
+                if not metrics:
+                    return
+            super().log_metrics(metrics, step)
+
+        def log_image(self, key, images, step=None, **kwargs) -> None:
+            if step is not None and (int(step), key) in self._logged:
+                return
+            super().log_image(key, images, step=step, **kwargs)
+
+        def _log_missing_evaluations(self, output_dir: Path, step: int) -> None:
+            from .callbacks.outputs import HISTORY_FILE
+
+            try:
+                lines = (output_dir / HISTORY_FILE).read_text().splitlines()
+            except OSError:
+                return
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                at = int(entry.get("step", -1))
+                if at < 0 or at > step:
+                    continue
+                self.log_metrics({f"eval/{k}": v for k, v in entry.items() if k not in ("step", "final")}, step=at)
+                for image in sorted((output_dir / "figures" / f"step_{at}").glob("*.png")):
+                    self.log_image(key=f"eval/{image.stem}", images=[str(image)], step=at)
 
         def finalize(self, status: str) -> None:
             super().finalize(status)

@@ -132,12 +132,15 @@ def train(cfg: DictConfig) -> dict:
     job = build(cfg)
     if ckpt_path is None and cfg.get("auto_resume") and job.trainer.is_global_zero:
         trim_logs(cfg.paths.output_dir, 0)  # killed before its first checkpoint: start over without its logs
-    if ckpt_path is not None:
-        if job.trainer.is_global_zero:
+    if ckpt_path is not None or cfg.get("auto_resume"):
+        if ckpt_path is not None and job.trainer.is_global_zero:
             trim_logs(cfg.paths.output_dir, resumed_step)
         for logger in job.trainer.loggers:
-            if hasattr(logger, "keep_existing"):
+            if hasattr(logger, "keep_existing") and ckpt_path is not None:
                 logger.keep_existing = True
+            if hasattr(logger, "resume_from"):  # W&B: the same run, each point once
+                logger.resume_from(cfg.paths.output_dir, resumed_step or 0)
+    if ckpt_path is not None:
         log.info("resuming from %s (step %d)", ckpt_path, resumed_step)
     if ckpt_path is None:
         _warn_stale_checkpoints(job.trainer)

@@ -59,6 +59,9 @@ class DisentanglementEvaluation(pl.Callback):
         metrics: metrics of the final evaluation (and of :meth:`run` by default): registered names
             (:func:`disentangle.metrics.suite.metric_names`), or ``"all"``.
         periodic_metrics: metrics of the periodic evaluations (DCI and the sampled scores are the slow ones).
+        periodic_figures: also draw the figures at every periodic evaluation (into
+            ``figures/step_<N>/``) and send them to the loggers that take images, at their step; ``auto``: when a
+            logger takes images (W&B), so that its media panels step through training
         figures: write the NMI and DCI-importance heatmaps, the intervention grid and the reconstruction
             grid at the end (the last two only for a model with a decoder); the latent scatter
             (``latent_scatter.png``, spec categorical_vae.md §16) when the representation is 2-D or the rotation
@@ -86,6 +89,7 @@ class DisentanglementEvaluation(pl.Callback):
         metrics: Sequence[str] | str = ("infomec", "dci"),
         periodic_metrics: Sequence[str] | str = ("infomec",),
         figures: bool = True,
+        periodic_figures: bool | str = "auto",
         n_interventions: int = 10,
         progress: bool = True,
         background: bool = True,
@@ -107,6 +111,9 @@ class DisentanglementEvaluation(pl.Callback):
         if unknown:
             raise ValueError(f"callbacks.evaluation.{unknown[0]}: not an option nor a registered metric; metrics "
                              f"take options under their names: {list(metric_names())}")
+        if str(periodic_figures).lower() not in ("auto", "true", "false"):
+            raise ValueError(f"callbacks.evaluation.periodic_figures={periodic_figures!r}: choose auto, true or false")
+        self.periodic_figures = str(periodic_figures).lower()
         self.output_dir = Path(output_dir)
         self.every_n_steps = int(every_n_steps)
         self.metrics = check_metric_names(metrics, key="callbacks.evaluation.metrics")
@@ -185,10 +192,12 @@ class DisentanglementEvaluation(pl.Callback):
     def evaluate(self, trainer, pl_module: EvaluableModel, final: bool) -> dict | None:
         """Encode on every rank; on rank 0 compute (in the worker if ``background``) and, at the end, wait.
         Returns the final result (rank 0, ``final``), else None."""
+        draw = not final and trainer.is_global_zero and self._draws_periodic_figures(trainer)
         job = self.prepare(
             pl_module, trainer.datamodule, step=trainer.global_step, final=final,
             write=final and trainer.is_global_zero, metrics=self.metrics if final else self.periodic_metrics,
             rank=trainer.global_rank, world_size=trainer.world_size,
+            figures_dir=self.output_dir / "figures" / f"step_{trainer.global_step}" if draw else None,
         )
         if job is None:  # not global rank 0: its rows went to rank 0 in the all-gather
             return None
@@ -227,11 +236,11 @@ class DisentanglementEvaluation(pl.Callback):
 
     def prepare(self, pl_module: EvaluableModel, datamodule, *, step: int, final: bool, write: bool,
                 metrics: Sequence[str] = ("infomec", "dci"), rank: int = 0,
-                world_size: int = 1) -> EvaluationJob | None:
+                world_size: int = 1, figures_dir: Path | None = None) -> EvaluationJob | None:
         """The training-thread part (:func:`~disentangle.callbacks.gather.gather_job`): the job on rank 0, None on
         the other ranks."""
         return gather_job(pl_module, datamodule, self.gathering, self.options, step=step, final=final, write=write,
-                          metrics=metrics, rank=rank, world_size=world_size)
+                          metrics=metrics, rank=rank, world_size=world_size, figures_dir=figures_dir)
 
     def compute(self, job: EvaluationJob) -> EvaluationOutcome:
         """The worker part (:func:`~disentangle.callbacks.outputs.compute_outcome`): metrics, then for a writing
@@ -251,8 +260,13 @@ class DisentanglementEvaluation(pl.Callback):
     def _record(self, outcome: EvaluationOutcome, loggers: Sequence, history: Path | None) -> None:
         self.history.append(record_outcome(outcome, loggers, history))
         self.last = outcome.result
-        if outcome.artifacts:
+        if "metrics" in outcome.artifacts:  # a written evaluation (a periodic one's figures are only logged)
             self.artifacts = outcome.artifacts
+
+    def _draws_periodic_figures(self, trainer) -> bool:
+        if not self.writing.figures or self.periodic_figures == "false":
+            return False
+        return self.periodic_figures == "true" or any(hasattr(lg, "log_image") for lg in trainer.loggers)
 
     def _history_path(self, trainer) -> Path | None:
         return self.output_dir / HISTORY_FILE if trainer.is_global_zero else None

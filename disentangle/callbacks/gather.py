@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -125,10 +126,10 @@ def reconstruction_pairs(model: EvaluableModel, datamodule, k: int) -> tuple[np.
 @torch.no_grad()
 def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, options: dict, *, step: int,
                final: bool, write: bool, metrics: Sequence[str], rank: int = 0,
-               world_size: int = 1) -> EvaluationJob | None:
+               world_size: int = 1, figures_dir: Path | None = None) -> EvaluationJob | None:
     """The training-thread part: encode and gather (all ranks), then on rank 0 run the sampled metrics among
-    ``metrics`` (they need the model) and decode what the figures show. Returns the job for the worker on rank 0,
-    None on the other ranks."""
+    ``metrics`` (they need the model) and decode what the figures show (a writing job's, or a periodic one's with
+    ``figures_dir``). Returns the job for the worker on rank 0, None on the other ranks."""
     start = time.perf_counter()
     was_training = model.training
     model.eval()
@@ -145,11 +146,12 @@ def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, opti
             except Exception as exc:
                 raise failure(step, exc) from exc
         interventions = reconstructions = samples = None
-        if write and settings.figures and model.can_reconstruct:  # encoder-only: nothing to decode
+        draw = (write or figures_dir is not None) and settings.figures
+        if draw and model.can_reconstruct:  # encoder-only: nothing to decode
             interventions = decode_interventions(model, datamodule, data["latents"], settings.n_interventions)
             k = min(settings.n_reconstructions, settings.n_samples or datamodule.eval_size, datamodule.eval_size)
             reconstructions = reconstruction_pairs(model, datamodule, k)
-        if write and settings.figures and model.can_sample and model.n_samples_figure:
+        if draw and model.can_sample and model.n_samples_figure:
             samples = model.sample(model.n_samples_figure, seed=0).float().cpu().numpy()
     finally:
         model.train(was_training)
@@ -164,5 +166,5 @@ def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, opti
         model=ModelFacts(device=str(model.device), discrete=spec.discrete, categorical=spec.categorical),
         interventions=interventions, reconstructions=reconstructions, samples=samples,
         runtime=dict(model.runtime),
-        intervention_start=model.intervention_start,
+        intervention_start=model.intervention_start, figures_dir=figures_dir if draw else None,
     )

@@ -34,6 +34,7 @@ class EvaluationJob:
     reconstructions: tuple[np.ndarray, np.ndarray] | None = None  # originals, reconstructions (k, C, H, W)
     samples: np.ndarray | None = None  # (n, C, H, W) generated images in [0, 1] (a model that can sample)
     runtime: dict = field(default_factory=dict)  # what ran (precision, device): recorded in metrics.json
+    figures_dir: Path | None = None  # a periodic evaluation's figures go here (for loggers that take images)
 
 
 @dataclass

@@ -53,7 +53,13 @@ def compute_outcome(job: EvaluationJob, metric_fn: Callable[..., dict], options:
     out = {**job.sampled, **out}
     result = {k: float(out[k]) for k in SCALAR_LABELS if k in out}
     result["eval_seconds"] = job.encode_seconds + time.perf_counter() - start
-    artifacts = write_outputs(job, result, out, settings) if job.write else {}
+    if job.write:
+        artifacts = write_outputs(job, result, out, settings)
+    elif job.figures_dir is not None:  # a periodic evaluation's figures, for the loggers that take images
+        job.figures_dir.mkdir(parents=True, exist_ok=True)
+        artifacts = draw_figures(job, out, job.figures_dir)
+    else:
+        artifacts = {}
     return EvaluationOutcome(job.step, job.final, result, artifacts)
 
 
