@@ -77,8 +77,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="figure path (default: next to --out, else report.png in the first DIR)")
     p.add_argument("--no-figure", action="store_true", help="do not draw the figure")
     p.add_argument("--wandb", action="store_true",
-                   help="also log the table (and figure) as a W&B table; offline unless an API key is configured")
+                   help="also log to the sweep's W&B group: the table (with the published values under "
+                        "--compare-paper), a per-configuration table, the figure and the dashboard picture "
+                        "(dashboard.png); offline unless an API key is configured")
     p.add_argument("--wandb-project", default="disentangle", help="W&B project (default disentangle)")
+    p.add_argument("--wandb-workspace", action="store_true",
+                   help="with --wandb: also save the dashboard's panels as a W&B workspace of the project, runs "
+                        "grouped by config_key (needs an API key, the network and the dashboard extra)")
+    p.add_argument("--wandb-entity", default=None, help="W&B entity of the workspace (default: the API key's)")
     return p.parse_args(argv)
 
 
@@ -119,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     from .reporting import RENDERERS, ReportError, build_report
 
     args = parse_args(argv)
+    if args.wandb_workspace:
+        problem = _workspace_problem()
+        if problem:
+            print(f"error: --wandb-workspace: {problem}", file=sys.stderr)
+            return 2
+        args.wandb = True
     try:
         rule_lines = resolve_rule(args)
         rep, empty = build_report(
@@ -160,18 +172,62 @@ def main(argv: list[str] | None = None) -> int:
     if figure:
         print(f"figure: {figure}", file=sys.stderr)
     if args.wandb:
-        from .reporting import log_to_wandb
-
-        first = Path(args.dirs[0]).resolve()
-        try:
-            where = log_to_wandb(rep, project=args.wandb_project, group=_sweep_group(first),
-                                 name=f"report-{first.name}", save_dir=(args.out.parent if args.out else first),
-                                 figure=figure)
-            print(f"W&B: table logged to {where}", file=sys.stderr)
-        except Exception as exc:  # noqa: BLE001 - one line, the table is already written
-            print(f"error: W&B logging failed: {' '.join(str(exc).split())}", file=sys.stderr)
-            return 1
+        code = _to_wandb(args, rep, figure)
+        if code:
+            return code
     return 2 if empty else 0
+
+
+def _to_wandb(args: argparse.Namespace, rep, figure: Path | None) -> int:
+    """The report into the sweep's W&B group (and, asked, its workspace); one line on failure (the table is
+    already written). Returns the exit status."""
+    from .reporting import log_to_wandb
+    from .reporting.dashboard import dashboard_figure, numeric_param, save_workspace, workspace
+
+    first = Path(args.dirs[0]).resolve()
+    save_dir = args.out.parent if args.out else first
+    group = _sweep_group(first)
+    dashboard = None
+    try:
+        dashboard = dashboard_figure(rep, (Path(figure).parent if figure else save_dir) / "dashboard.png")
+    except Exception as exc:  # noqa: BLE001 - the tables matter more than the picture
+        print(f"warning: dashboard picture not drawn: {' '.join(str(exc).split())}", file=sys.stderr)
+    if dashboard:
+        print(f"dashboard: {dashboard}", file=sys.stderr)
+    try:
+        where = log_to_wandb(rep, project=args.wandb_project, group=group, name=f"report-{first.name}",
+                             save_dir=save_dir, figure=figure, dashboard=dashboard)
+        print(f"W&B: report logged to {where} (group {group})", file=sys.stderr)
+        if args.wandb_workspace:
+            view = workspace(args.wandb_project, group, entity=args.wandb_entity or _default_entity(),
+                             x_param=numeric_param(rep))
+            print(f"W&B: workspace saved: {save_workspace(view)}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - one line, the table is already written
+        print(f"error: W&B logging failed: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _workspace_problem() -> str | None:
+    """Why a workspace cannot be saved here (no package, no API key), else None: checked before any work."""
+    import importlib.util
+    import os
+
+    from .loggers import _has_netrc_key
+
+    if importlib.util.find_spec("wandb_workspaces") is None:
+        return "needs the wandb-workspaces package: pip install 'disentangle-quantized[dashboard]'"
+    if os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun"):
+        return f"WANDB_MODE={os.environ['WANDB_MODE']}: a workspace is saved online only"
+    if not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
+        return "needs a W&B API key (WANDB_API_KEY or `wandb login`) and the network"
+    return None
+
+
+def _default_entity() -> str:
+    import wandb
+
+    return wandb.Api().default_entity
 
 
 def _sweep_group(path: Path) -> str:

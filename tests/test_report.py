@@ -502,16 +502,57 @@ def test_a_sweep_is_one_wandb_group_with_tagged_runs_and_final_metrics_in_the_su
     assert all(len(k) == 1 for k in keys.values()) and keys["qlae"] != keys["ae"]
 
 
-def test_the_report_table_is_logged_to_wandb_offline(sweep, tmp_path, capsys, monkeypatch):
+def test_the_report_goes_to_the_sweeps_wandb_group_with_the_paper_and_a_table_per_configuration(
+        sweep, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    rc, _, err = run_report([sweep, "--wandb", "--out", tmp_path / "t.md", "--no-figure"], capsys)
+    published = tmp_path / "published.csv"  # a published QLAE value on shapes2d, to be shown beside the runs'
+    published.write_text(PUBLISHED.splitlines()[0] + "\nqlae,12,QLAE (ours),shapes2d,infom,0.5,ci95,0.4,0.6,7,\n")
+    rc, _, err = run_report([sweep, "--wandb", "--out", tmp_path / "t.md", "--compare-paper", "qlae:12",
+                             "--published", published], capsys)
     assert rc == 0, err
-    tables = list(tmp_path.glob("wandb/offline-run-*/files/media/table/report_*.table.json"))
-    assert len(tables) == 1
-    table = json.loads(tables[0].read_text())
-    assert table["columns"][:3] == ["model", "data", "n"] and len(table["data"]) == 2
+    media = tmp_path / "wandb"
+    tables = {p.name.split("_")[0]: json.loads(p.read_text())
+              for p in media.glob("offline-run-*/files/media/table/*.table.json")}
+    assert set(tables) == {"report", "configurations"}
+    report = tables["report"]
+    assert report["columns"][:3] == ["model", "data", "n"] and len(report["data"]) == 2
+    paper = {row[0]: row[report["columns"].index("infom_paper")] for row in report["data"]}
+    assert paper == {"qlae": 0.5, "ae": None}  # the paper's value beside its model's row
+    configs = tables["configurations"]
+    rows = {row[1]: dict(zip(configs["columns"], row)) for row in configs["data"]}
+    assert set(rows) == {"qlae", "ae"}
+    for model, row in rows.items():
+        runs = [json.loads((d / "wandb_run.json").read_text()) for d in sweep.glob(f"*_{model}_shapes2d")]
+        assert row["n"] == 2 and row["seeds"] == "0,1" and row["data"] == "shapes2d"
+        assert row["config_key"] == runs[0]["config"]["config_key"] == runs[1]["config"]["config_key"]
+        assert set(row["wandb_runs"].split(",")) == {r["id"] for r in runs}
+        finals = [json.loads((d / "metrics.json").read_text())["infom"] for d in sweep.glob(f"*_{model}_shapes2d")]
+        assert row["infom_min"] == pytest.approx(min(finals)) and row["infom_max"] == pytest.approx(max(finals))
+    assert (tmp_path / "dashboard.png").read_bytes()[:4] == b"\x89PNG"
+    images = {p.name.rsplit("_", 2)[0] for p in media.glob("offline-run-*/files/media/images/*.png")}
+    assert {"report_figure", "dashboard"} <= images
     info = wandb_run_info(tmp_path, "report_wandb_run.json")
     assert info["group"] == "report_sweep" and "report" in info["tags"] and info["job_type"] == "report"
+    assert info["config"]["published"] is True
     assert os.environ["WANDB_MODE"] == "offline"
+
+
+def test_the_dashboard_workspace_groups_the_sweeps_runs_by_configuration_and_saving_it_needs_a_key(
+        sweep, capsys, monkeypatch):
+    from disentangle.reporting.dashboard import WORKSPACE_METRICS, workspace
+
+    spec = json.loads(workspace("disentangle", "report_sweep", entity="me", x_param="model.optimizer.lr")
+                      ._to_model().model_dump_json(by_alias=True))
+    text = json.dumps(spec)
+    assert spec["entity"] == "me" and spec["project"] == "disentangle" and "config_key" in text
+    panels = [p["config"] for s in spec["spec"]["section"]["panelBankConfig"]["sections"] for p in s["panels"]]
+    lines = [p for p in panels if p.get("xAxis") == "trainer/global_step"]
+    assert [p["metrics"] for p in lines] == [[f"eval/{m}"] for m in WORKSPACE_METRICS]
+    assert "report_sweep" in text and "model.optimizer.lr" in text  # the runs of the sweep's group; the scatter's x
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(sweep))  # no ~/.netrc
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    rc, out, err = run_report([sweep, "--wandb-workspace"], capsys)
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "needs a W&B API key" in err

@@ -185,25 +185,34 @@ def _filter_only(agg: Aggregate, psnr: PsnrFilter) -> tuple[list[Group], list[st
 
 
 def log_to_wandb(rep: Report, *, project: str = "disentangle", group: str | None = None, name: str | None = None,
-                 save_dir: Path | str = ".", figure: Path | str | None = None) -> str:
-    """Log the report's CSV form as a W&B table (``report``) and the figure (``report_figure``) to a new run of job
-    type ``report``. Offline unless an API key is configured (``WANDB_MODE`` wins), like the training logger.
-    Writes ``report_wandb_run.json`` (:func:`disentangle.loggers.run_record`) in ``save_dir``. Returns where the
-    run went (its directory or URL)."""
+                 save_dir: Path | str = ".", figure: Path | str | None = None,
+                 dashboard: Path | str | None = None) -> str:
+    """Log the report to a new run of job type ``report`` in ``group`` (the sweep's): its CSV form as the W&B
+    table ``report`` (with the published values and their differences under --compare-paper), the per-configuration
+    table ``configurations`` (:func:`~disentangle.reporting.dashboard.configuration_table`), the figure
+    (``report_figure``) and the dashboard picture (``dashboard``). Offline unless an API key is configured
+    (``WANDB_MODE`` wins), like the training logger. Writes ``report_wandb_run.json``
+    (:func:`disentangle.loggers.run_record`) in ``save_dir``. Returns where the run went (its directory or URL)."""
     import wandb
 
     from ..loggers import wandb_mode, write_run_record
+    from .dashboard import configuration_table
     from .tables import csv_columns, csv_rows
 
     save_dir = Path(save_dir)
     save_dir.mkdir(parents=True, exist_ok=True)
     run = wandb.init(project=project, group=group, name=name, job_type="report", dir=str(save_dir),
-                     mode=wandb_mode(), tags=["report"], config={"stat": rep.stat}, reinit="create_new")
+                     mode=wandb_mode(), tags=["report"], reinit="create_new",
+                     config={"stat": rep.stat, "published": bool(rep.published), "rules": list(rep.rules)})
     try:
         table = wandb.Table(columns=csv_columns(rep), data=csv_rows(rep), allow_mixed_types=True)
-        payload = {"report": table}
+        columns, rows = configuration_table(rep)
+        payload = {"report": table,
+                   "configurations": wandb.Table(columns=columns, data=rows, allow_mixed_types=True)}
         if figure is not None and Path(figure).is_file():
             payload["report_figure"] = wandb.Image(str(figure))
+        if dashboard is not None and Path(dashboard).is_file():
+            payload["dashboard"] = wandb.Image(str(dashboard))
         run.log(payload)
         where = str(Path(run.dir).parent) if wandb_mode() != "online" else run.url
         write_run_record(run, save_dir / "report_wandb_run.json")
