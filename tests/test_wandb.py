@@ -44,13 +44,25 @@ def _steps(rows: list[dict], key: str) -> list[int]:
     return sorted(int(r["trainer/global_step"]) for r in rows if key in r)
 
 
-def test_a_killed_sweep_job_resumes_into_its_wandb_run_with_every_evaluation_once(tmp_path):
+SWEEP = ["-m", *RUN, "auto_resume=true"]
+JOB = "0_ae_shapes2d"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The one-job multirun run through: the twin of the killed one, and a run to inspect."""
+    sweep = tmp_path_factory.mktemp("uninterrupted")
+    res = _train(*SWEEP, f"hydra.sweep.dir={sweep}")
+    assert res.wait(timeout=600) == 0, res.stderr.read()[-3000:]
+    return sweep / JOB
+
+
+def test_a_killed_sweep_job_resumes_into_its_wandb_run_with_every_evaluation_once(uninterrupted, tmp_path):
     """A one-job multirun (what a Slurm requeue reruns: the same job directory, auto_resume=true) is SIGKILLed as a
-    process group once its second checkpoint exists, then launched again; then the same job uninterrupted."""
-    args = ["-m", *RUN, "auto_resume=true"]
-    killed, full = tmp_path / "killed", tmp_path / "full"
-    proc = _train(*args, f"hydra.sweep.dir={killed}")
-    ckpt = killed / "0_ae_shapes2d" / "checkpoints" / "last.ckpt"
+    process group once its second checkpoint exists, then launched again; it must equal its uninterrupted twin."""
+    killed = tmp_path / "killed"
+    proc = _train(*SWEEP, f"hydra.sweep.dir={killed}")
+    ckpt = killed / JOB / "checkpoints" / "last.ckpt"
     deadline = time.monotonic() + 240
     while not (ckpt.exists() and torch.load(ckpt, weights_only=False)["global_step"] >= 8):
         assert proc.poll() is None, f"the run ended before the kill: {proc.stderr.read()[-2000:]}"
@@ -58,18 +70,17 @@ def test_a_killed_sweep_job_resumes_into_its_wandb_run_with_every_evaluation_onc
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    job = killed / "0_ae_shapes2d"
+    job = killed / JOB
     assert not (job / "metrics.json").exists()
     first_id, first_logs, _ = _points(job)
     assert len(first_logs) == 1  # the killed process's log (what its wandb service persisted before the kill)
 
-    for directory in (killed, full):  # the relaunch resumes; the twin runs through
-        res = _train(*args, f"hydra.sweep.dir={directory}")
-        assert res.wait(timeout=600) == 0, res.stderr.read()[-3000:]
+    res = _train(*SWEEP, f"hydra.sweep.dir={killed}")  # the relaunch resumes
+    assert res.wait(timeout=600) == 0, res.stderr.read()[-3000:]
 
     run_id, logs, rows = _points(job)
     assert run_id == first_id and len(logs) == 2  # one W&B run: the same id, one log per process
-    _, _, twin = _points(full / "0_ae_shapes2d")
+    _, _, twin = _points(uninterrupted)
     history = [json.loads(x)["step"] for x in (job / "metrics_history.jsonl").read_text().splitlines()]
     assert history == [8, 16, 24]
     for key in ("eval/infom", "eval/psnr", "eval/interventions", "eval/reconstructions"):
@@ -84,10 +95,8 @@ def test_a_killed_sweep_job_resumes_into_its_wandb_run_with_every_evaluation_onc
     assert record["summary"]["best_infom"] == pytest.approx(max(expected.values()))
 
 
-def test_a_run_defines_every_metric_against_the_training_step_and_logs_each_evaluations_figures(tmp_path):
-    run_dir = tmp_path / "run"
-    res = _train(*RUN, f"hydra.run.dir={run_dir}")
-    assert res.wait(timeout=600) == 0, res.stderr.read()[-3000:]
+def test_a_run_defines_every_metric_against_the_training_step_and_logs_each_evaluations_figures(uninterrupted):
+    run_dir = uninterrupted
     run_id, logs, rows = _points(run_dir)
     defined = {}
     for record in _records(logs[0]):
