@@ -84,7 +84,12 @@ def wandb_mode() -> str:
     mode = os.environ.get("WANDB_MODE")
     if mode:
         return {"dryrun": "offline", "run": "online"}.get(mode, mode)
-    return "online" if os.environ.get("WANDB_API_KEY") or _has_netrc_key() else "offline"
+    return "online" if has_api_key() else "offline"
+
+
+def has_api_key() -> bool:
+    """Whether a W&B API key is configured: ``WANDB_API_KEY`` or a ``wandb login`` entry in ``~/.netrc``."""
+    return bool(os.environ.get("WANDB_API_KEY")) or _has_netrc_key()
 
 
 def sweep_name(sweep_dir: str | Path, config_name: str | None = None) -> str:
@@ -167,6 +172,9 @@ def _logger_class():
 
             if wandb.run is None:  # an earlier run of this process: its service writes its log after finish()
                 wandb.teardown()
+            # a service inherited from a parent process (WANDB_SERVICE) may still hold the killed run's stream under
+            # this id ("run ID is in use"): the resumed run starts its own
+            os.environ.pop("WANDB_SERVICE", None)
             wandb_dir = Path(record["dir"]).parent if record.get("dir") else Path(self.save_dir or ".") / "wandb"
             self._logged = logged_points(wandb_dir, run_id)
             self._replay = (Path(output_dir), int(step))

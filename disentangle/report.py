@@ -213,13 +213,13 @@ def _workspace_problem() -> str | None:
     import importlib.util
     import os
 
-    from .loggers import _has_netrc_key
+    from .loggers import has_api_key
 
     if importlib.util.find_spec("wandb_workspaces") is None:
         return "needs the wandb-workspaces package: pip install 'disentangle-quantized[dashboard]'"
     if os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun"):
         return f"WANDB_MODE={os.environ['WANDB_MODE']}: a workspace is saved online only"
-    if not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
+    if not has_api_key():
         return "needs a W&B API key (WANDB_API_KEY or `wandb login`) and the network"
     return None
 

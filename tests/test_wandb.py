@@ -29,8 +29,11 @@ RUN += ["trainer.max_steps=24", "callbacks.checkpoint.every_n_train_steps=4", "c
 
 
 def _train(*args, env=None) -> subprocess.Popen:
+    """A training job in a process group of its own, with its own wandb service as a Slurm job has (not the one an
+    in-process W&B test may have left this pytest process, which a child would otherwise share via WANDB_SERVICE)."""
+    own = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     return subprocess.Popen([sys.executable, "-m", "disentangle.train", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV, **(env or {})},
+                            stderr=subprocess.PIPE, text=True, env={**own, **ENV, **(env or {})},
                             start_new_session=True)
 
 

@@ -196,11 +196,9 @@ def workspace(project: str, group: str, *, entity: str | None = None, x_param: s
 
 def save_workspace(view) -> str:
     """Save a :func:`workspace` to W&B (needs the network and an API key); returns its URL."""
-    import os
+    from ..loggers import has_api_key
 
-    from ..loggers import _has_netrc_key
-
-    if not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
+    if not has_api_key():
         raise RuntimeError("saving a W&B workspace needs an API key (WANDB_API_KEY or `wandb login`) and the "
                            "network; the tables and pictures were logged without it")
     saved = view.save()
