@@ -49,6 +49,8 @@ STEP_CASES = [
     ("qvae", ["model=qvae"]),
     ("dvae", ["model=dvae"]),
     ("factorqvae", ["model=factorqvae"]),
+    # disentanglement_lib's 6-hidden-layer discriminator, the FactorQVAE family's default until issue 33
+    ("factorqvae, 6-layer disc.", ["model=factorqvae", "model.regularizers.tc_discriminator.layers=6"]),
     ("factorvae", ["model=factorvae"]),
     ("dvae_friede", ["model=dvae_friede"]),  # Friede et al.'s, on disentanglement_lib's networks
     ("factordvae_friede", ["model=factordvae_friede"]),
@@ -58,6 +60,7 @@ STEP_CASES = [
     # Locatello et al.'s models that Friede et al. quote (starred rows), on the same networks
     ("betavae_friede", ["model=betavae_friede"]),
     ("betatcvae_friede", ["model=betatcvae_friede"]),
+    ("betatcvae_friede_chen", ["model=betatcvae_friede_chen"]),  # Chen et al.'s decomposition on the same nets
     ("dip_vae_i_friede", ["model=dip_vae_i_friede"]),
     ("dip_vae_ii_friede", ["model=dip_vae_ii_friede"]),
     ("annealed_vae_friede", ["model=annealed_vae_friede"]),

@@ -136,7 +136,7 @@ def test_factorqvae_family_gets_table_3_and_its_protocol(model):
     assert m.batch_size == (512 if adversarial else 256)  # 256 for the model (+ 256 negatives for the discriminator)
     if adversarial:
         d = m.regularizers.tc_discriminator
-        assert (d.negatives, d.negative_slope, d.optimizer.lr, d.hidden, d.layers) == ("second_batch", 0.2, 1e-3, 1000, 6)
+        assert (d.negatives, d.negative_slope, d.optimizer.lr, d.hidden, d.layers) == ("second_batch", 0.2, 1e-3, 1000, 5)
         assert d.schedule.steps == 50000  # the model's schedule (authors' code)
 
 

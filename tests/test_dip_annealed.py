@@ -23,7 +23,7 @@ from disentangle.regularizers import AnnealedCapacity, annealed_capacity, dip_va
 from disentangle.reporting.compare import Published, method_names
 from disentangle.run import train
 
-NEW_MODELS = ("betavae_friede", "betatcvae_friede", "dip_vae_i_friede", "dip_vae_ii_friede", "annealed_vae_friede")
+NEW_MODELS = ("betavae_friede", "betatcvae_friede", "betatcvae_friede_chen", "dip_vae_i_friede", "dip_vae_ii_friede", "annealed_vae_friede")
 
 
 # -- DIP-VAE's penalty ------------------------------------------------------------------------------------------
@@ -141,7 +141,7 @@ def test_each_model_trains_a_few_steps_and_writes_metrics(model, tmp_path):
     assert record["step"] == 3 and all(math.isfinite(record[k]) for k in ("infom", "dci_d", "psnr"))
     assert len(record["active"]) == 10       # Locatello et al.'s 10 latents on every dataset
     header = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0]
-    own = {"betatcvae_friede": "train/tc", "dip_vae_i_friede": "train/dip", "dip_vae_ii_friede": "train/dip",
+    own = {"betatcvae_friede": "train/tc", "betatcvae_friede_chen": "train/tc", "dip_vae_i_friede": "train/dip", "dip_vae_ii_friede": "train/dip",
            "annealed_vae_friede": "train/capacity_gap", "betavae_friede": "train/kl"}[model]
     assert own in header
 
@@ -158,12 +158,12 @@ def test_the_models_follow_locatello_et_al_and_name_their_published_rows():
     annealed = cfg["annealed_vae_friede"]
     assert annealed.latent.beta == 0.0 and annealed.regularizers.annealed_capacity.weight == 1000.0
     assert annealed.regularizers.annealed_capacity.iteration_threshold == 100_000
-    assert cfg["betatcvae_friede"].latent.beta == 0.0
+    assert cfg["betatcvae_friede"].latent.beta == 1.0 and cfg["betatcvae_friede_chen"].latent.beta == 0.0
     # report --compare-paper: each model finds its starred row of Friede et al.'s Tables 1 and 5
     from disentangle.published import load_published
 
     published = Published(load_published("friede", "1") + load_published("friede", "5"))
-    expected = {"betavae_friede": ("β-VAE", 0.113), "betatcvae_friede": ("β-TCVAE", 0.176),
+    expected = {"betavae_friede": ("β-VAE", 0.113), "betatcvae_friede": ("β-TCVAE", 0.176), "betatcvae_friede_chen": ("β-TCVAE", 0.176),
                 "dip_vae_i_friede": ("DIP-VAE-I", 0.036), "dip_vae_ii_friede": ("DIP-VAE-II", 0.062),
                 "annealed_vae_friede": ("AnnealedVAE", 0.078)}
     for model, (name, mig) in expected.items():
@@ -256,3 +256,51 @@ def test_bad_input_fails_before_training_in_one_line(overrides, message, tmp_pat
         train(cfg)
     assert "\n" not in str(info.value)
     assert not (tmp_path / "checkpoints").exists()
+
+
+# -- β-TCVAE as disentanglement_lib trains it (issue 33 item 4) ----------------------------------------------------
+def _dlib_objective(x, logits, z, mean, logvar, beta):
+    """disentanglement_lib's BetaTCVAE loss for one batch, written out in float64 numpy: summed Bernoulli
+    reconstruction (logits), analytic KL, (beta - 1) * total_correlation (vae.py), all batch means."""
+    from scipy.special import logsumexp
+
+    recon = np.mean(np.sum(np.maximum(logits, 0) - logits * x + np.log1p(np.exp(-np.abs(logits))), axis=(1, 2, 3)))
+    kl = np.mean(0.5 * np.sum(mean**2 + np.exp(logvar) - logvar - 1, axis=1))
+    log_density = -0.5 * ((z[:, None] - mean[None]) ** 2 * np.exp(-logvar[None]) + logvar[None] + np.log(2 * np.pi))
+    tc = np.mean(logsumexp(log_density.sum(2), axis=1) - logsumexp(log_density, axis=1).sum(1))
+    return recon + kl + (beta - 1) * tc, tc
+
+
+def test_betatcvae_friede_is_disentanglement_libs_objective_in_float64():
+    cfg = compose_config(["model=betatcvae_friede", "data=dsprites", "model/arch=small", "model.regularizers.tcvae.beta=4"])
+    assert cfg.model.latent.beta == 1.0 and cfg.model.regularizers.tcvae._target_.endswith("LocatelloTotalCorrelation")
+    model = instantiate(cfg.model, in_channels=1, resolution=32).double()
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.rand(16, 1, 32, 32, generator=gen, dtype=torch.float64) > 0.5).double()
+    torch.manual_seed(3)
+    terms, weights = model.loss_terms(x)
+    total = sum(weights[k] * terms[k] for k in terms)
+    torch.manual_seed(3)  # the same noise: z, mean and log-variance of that step
+    out = model.run_latent(model.encoder(x))
+    logits = model.decoder(out.z)
+    mean, sigma = out.params["mu"], out.params["sigma"]
+    expected, tc = _dlib_objective(x.numpy(), logits.detach().numpy(), out.z.detach().numpy(),
+                                   mean.detach().numpy(), (2 * sigma.log()).detach().numpy(), beta=4.0)
+    assert terms["tc"].item() == pytest.approx(tc, rel=1e-9)
+    assert total.item() == pytest.approx(expected, rel=1e-9)
+
+
+def test_chens_decomposition_is_one_option_away_with_the_same_tc_gradient():
+    chen = compose_config(["model=betatcvae_friede_chen", "data=dsprites"]).model
+    assert chen.latent.beta == 0.0 and chen.regularizers.tcvae._target_.endswith("DecomposedKL")
+    from disentangle.regularizers import dlib_total_correlation, tcvae_decomposition
+
+    gen = torch.Generator().manual_seed(1)
+    mu = torch.randn(32, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    sigma = (torch.rand(32, 6, generator=gen, dtype=torch.float64) + 0.2).requires_grad_()
+    z = (mu + sigma * torch.randn(32, 6, generator=gen, dtype=torch.float64))
+    dlib = dlib_total_correlation(z, mu, sigma)
+    normalised = tcvae_decomposition(z, mu, sigma, dataset_size=1000)["tc"].mean()
+    assert (normalised - dlib).item() == pytest.approx(5 * math.log(32 * 1000), rel=1e-12)  # (n_z - 1) log(M N)
+    assert torch.allclose(torch.autograd.grad(dlib, mu, retain_graph=True)[0],
+                          torch.autograd.grad(normalised, mu)[0], rtol=1e-12, atol=1e-14)

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import FAST, compose_config
+from conftest import CONF, FAST, MODELS, compose_config
 from hydra.utils import instantiate
 
 from disentangle.nn import DalleDecoder, DalleEncoder
@@ -18,6 +18,7 @@ from disentangle.regularizers import (
     permute_latents,
     tc_estimate,
 )
+from disentangle.regularizers.tc_discriminator import discriminator_net
 from disentangle.run import build
 from disentangle.schedules import cosine_factor
 
@@ -287,3 +288,16 @@ def test_interventions_step_through_a_scalar_codebook_by_value():
     q.codebook.data = torch.tensor([[0.3], [-1.0], [2.0], [0.0], [-0.5]])
     assert q.order_codes(torch.tensor([0, 1, 2, 3, 4])).tolist() == [1, 4, 3, 0, 2]
     assert GumbelQuantizer(1, codebook_size=5, code_dim=2).order_codes(torch.tensor([3, 1])).tolist() == [3, 1]
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if "tc_discriminator" in
+                                   (CONF / "model" / f"{m}.yaml").read_text()])
+def test_each_papers_tc_discriminator_has_its_authors_depth(model):
+    """FactorQVAE's authors: Linear(D_in, 1000) + 4 x Linear(1000, 1000), then Linear(1000, 2) (spec factorqvae.md
+    §3.3); Friede et al. / disentanglement_lib: 6 x FC(1000), then FC(2) (categorical_vae.md §5)."""
+    cfg = compose_config([f"model={model}", "data=shapes3d"]).model.regularizers.tc_discriminator
+    reg = instantiate(cfg)
+    net = discriminator_net(40, reg.hidden, reg.layers, reg.negative_slope)
+    linear = [m for m in net if isinstance(m, torch.nn.Linear)]
+    assert len(linear) == (7 if model.endswith("_friede") else 6), model
+    assert all(m.out_features == 1000 for m in linear[:-1]) and linear[-1].out_features == 2

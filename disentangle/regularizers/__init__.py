@@ -13,7 +13,7 @@ from .klm import KernelMultiInformation, kernel_multi_information
 from .nhp import NormalizedHessianPenalty, normalized_hessian_penalty
 from .supervision import LabelSupervision, binned_cross_entropy, supervised_bce, supervised_l2
 from .tc_discriminator import AdversarialTotalCorrelation, discriminator_loss, permute_latents, tc_estimate
-from .tcvae import DecomposedKL, tcvae_decomposition
+from .tcvae import DecomposedKL, LocatelloTotalCorrelation, dlib_total_correlation, tcvae_decomposition
 from .weight_decay import decay_groups
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "HausdorffFactorizedSupport",
     "KernelMultiInformation",
     "LabelSupervision",
+    "LocatelloTotalCorrelation",
     "NormalizedHessianPenalty",
     "Regularizer",
     "StepContext",
@@ -38,6 +39,7 @@ __all__ = [
     "decay_groups",
     "dip_vae_penalty",
     "discriminator_loss",
+    "dlib_total_correlation",
     "hausdorff_factorized_support",
     "ioss",
     "kernel_multi_information",

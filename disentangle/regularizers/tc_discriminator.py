@@ -56,7 +56,7 @@ def permute_across_processes(samples: torch.Tensor, n_latents: int) -> torch.Ten
     return permute_latents(full, n_latents, draws=draws).chunk(world)[rank]
 
 
-def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 6, negative_slope: float = 0.2) -> nn.Sequential:
+def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 5, negative_slope: float = 0.2) -> nn.Sequential:
     """``layers`` linear layers of ``hidden`` units, each followed by LeakyReLU, then a linear map to 2 logits
     (class 0 = joint sample, class 1 = permuted); weights N(0, 0.02), zero biases (authors' code)."""
     modules: list[nn.Module] = []
@@ -129,7 +129,7 @@ class AdversarialTotalCorrelation(Regularizer):
         weight: float = 1e-4,
         negatives: str = "second_batch",
         hidden: int = 1000,
-        layers: int = 6,
+        layers: int = 5,
         negative_slope: float = 0.2,
         optimizer: Mapping | None = None,
         schedule: Mapping | None = None,

@@ -44,6 +44,40 @@ def tcvae_decomposition(
     return {"mi": log_qz_x - log_qz, "tc": log_qz - log_prod_qzk, "dwkl": log_prod_qzk - log_pz}
 
 
+@in_float32
+def dlib_total_correlation(z: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """disentanglement_lib's total-correlation estimate (``methods/unsupervised/vae.py: total_correlation``), the
+    batch mean of log q(z_i) - sum_k log q(z_ik) with both densities estimated by a log-sum-exp over the batch and,
+    as there, without the normalising constants: it is :func:`tcvae_decomposition`'s ``tc`` minus
+    (n_z - 1) log(M N), the same gradient. Locatello et al.'s β-TCVAE penalty is (β - 1) times it."""
+    pairwise = gaussian_log_density(z.unsqueeze(1), mu.unsqueeze(0), sigma.unsqueeze(0))  # [i, j, k]
+    log_qz_product = torch.logsumexp(pairwise, dim=1).sum(-1)
+    log_qz = torch.logsumexp(pairwise.sum(-1), dim=1)
+    return (log_qz - log_qz_product).mean()
+
+
+class LocatelloTotalCorrelation(Regularizer):
+    """(β - 1)·TC on top of the Gaussian latent's own analytic KL: disentanglement_lib's ``BetaTCVAE`` objective
+    (``regularizer = kl_loss + (beta - 1) * total_correlation``), which produced Locatello et al.'s β-TCVAE numbers
+    that Friede et al. quote (their starred rows). Its TC is :func:`dlib_total_correlation`. With the latent's
+    KL weight at 1 it has the expectation and the TC gradient of Chen et al.'s decomposition
+    (:class:`DecomposedKL`, ``model=betatcvae_friede_chen``), with another variance."""
+
+    requires_distribution = "gaussian"
+    density_terms = frozenset({"tc"})
+
+    def __init__(self, weight: float = 1.0, beta: float = 1.0):
+        super().__init__(weight)
+        self.beta = float(beta)
+        if not self.beta >= 1.0:
+            raise ValueError(f"beta must be >= 1: the penalty is (beta - 1) * TC (got {beta})")
+        self.term_weights = {"tc": self.beta - 1.0}
+
+    def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:
+        latent = ctx.latent
+        return {"tc": dlib_total_correlation(latent.z, latent.params["mu"], latent.params["sigma"])}
+
+
 class DecomposedKL(Regularizer):
     """β-TCVAE's penalty alpha·MI + beta·TC + gamma·DWKL (batch means of :func:`tcvae_decomposition`).
 

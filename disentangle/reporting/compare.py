@@ -65,6 +65,7 @@ METHOD_NAMES: dict[str, tuple[str, ...]] = {
     # the rows Friede et al. copy from Locatello et al. (starred), rerun on the same protocol
     "betavae_friede": ("β-VAE",),
     "betatcvae_friede": ("β-TCVAE",),
+    "betatcvae_friede_chen": ("β-TCVAE",),
     "dip_vae_i_friede": ("DIP-VAE-I",),
     "dip_vae_ii_friede": ("DIP-VAE-II",),
     "annealed_vae_friede": ("AnnealedVAE",),
