@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .aggregate import Group, format_value
+from .figures import save_figure
 from .runs import read_history
 from .tables import Report
 
@@ -125,12 +126,7 @@ def dashboard_figure(rep: Report, path: Path | str, metric: str = "infom") -> Pa
                      ylabel=metric)
         curve_ax.legend(fontsize=7, loc="best")
         _final_panel(final_ax, mine, rep, metric, x_key, data)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _short(rep: Report) -> dict[str, str]:

@@ -69,6 +69,13 @@ def report_figure(rep: Report, path: Path | str) -> Path | None:
         if not any(math.isfinite(v) for v in ax.get_ylim()):
             ax.set_ylim(0, 1)
     fig.suptitle(f"{rep.title}: {STAT_TITLES[rep.stat]}" + ("; red: published" if marked else ""), fontsize=9)
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: Path | str) -> Path:
+    """Lay out, write ``fig`` as a PNG at ``path`` (its directory made) and close it: the report's pictures."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
