@@ -202,7 +202,8 @@ def infom_infoc(
 
     Only active latent columns (and usable, i.e. non-constant, source rows) enter. Choices for degenerate cases:
     - a latent column (for InfoM) or a source row (for InfoC) whose NMI sum is 0 is dropped from the mean
-      (the repo's NaN-dropping behaviour); if nothing remains the score is 0;
+      (the QLAE training logger drops such NaN columns for InfoM; dropping source rows for InfoC is this
+      project's choice, where the authors' code lets the NaN through); if nothing remains the score is 0;
     - no active latents ⇒ InfoM = InfoC = 0;
     - exactly one usable source ⇒ InfoM = 1 (its normalisation 1 − 1/n_s is 0, and every column is trivially
       modular);
