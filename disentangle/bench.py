@@ -1,4 +1,4 @@
-"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|terms|data|metrics|precision [--device cuda]``.
+"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|terms|data|metrics|precision|tf32 [--device cuda]``.
 
 ``steps`` times one full training step (forward, all loss terms, backward, optimizer step) of the
 paper configurations at 64x64 with batch 64, and reports medians and ratios against QLAE measured in
@@ -9,7 +9,8 @@ batch-level support/density regularizers alone (Cliff, IOSS, HFS: forward + back
 Cliff paper's Shapes3D training step with and without Cliff, in one process. ``data`` measures
 batch assembly (random index batch -> float images on the device) in images/s. ``metrics`` times the full
 evaluation (InfoMEC + depth-tuned DCI) against a straightforward scikit-learn implementation of the same
-definitions, back to back in one process, and checks the values agree.
+definitions, back to back in one process, and checks the values agree. ``tf32`` (CUDA) compares each paper model's
+first-step terms and gradient under the TF32 settings with float32 (:mod:`disentangle.bench_tf32`).
 """
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ STEP_CASES = [
 DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling
 
 
-def _model(overrides, batch_size):
+def bench_model(overrides, batch_size):
+    """A case's model, composed as ``python -m disentangle.train`` would on procedural data, at 64x64."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=overrides + ["data=shapes2d", "paths.output_dir=/tmp/bench",
@@ -93,7 +95,8 @@ def _model(overrides, batch_size):
     return model
 
 
-def _sync(device):
+def sync(device):
+    """Wait for the device's queued work (CUDA), so a timer measures it."""
     if device.type == "cuda":
         torch.cuda.synchronize()
 
@@ -103,7 +106,7 @@ class StepTimer:
 
     def __init__(self, overrides, device, batch_size: int = 64, precision: str = "32-true"):
         self.device, self.precision = torch.device(device), precision
-        self.model = _model(overrides, batch_size).to(self.device)
+        self.model = bench_model(overrides, batch_size).to(self.device)
         # TF32 on CUDA as a run of this model sets it (tf32: auto; disentangle.run.precision_of)
         float32_math(self.device.type, not any(reg.exact_float32 for reg in self.model.regularizers.values()))
         configured = self.model.configure_optimizers()
@@ -113,14 +116,14 @@ class StepTimer:
 
     def step(self) -> float:
         """Seconds per iteration of one whole period (one iteration for every model but the GANs)."""
-        _sync(self.device)
+        sync(self.device)
         start = time.perf_counter()
         for _ in range(self.period):
             with autocast_for(self.precision, self.device):
                 self.model.optimization_step(self.x, self.optimizers)
             for scheduler in self.schedulers:
                 scheduler.step()
-        _sync(self.device)
+        sync(self.device)
         return (time.perf_counter() - start) / self.period
 
 
@@ -192,10 +195,10 @@ def bench_terms(n: int, d: int, repeats: int, device: str) -> None:
     for label, fn in terms.items():
         times = []
         for i in range(repeats + 2):
-            _sync(dev)
+            sync(dev)
             start = time.perf_counter()
             fn().backward()
-            _sync(dev)
+            sync(dev)
             if i >= 2:
                 times.append(time.perf_counter() - start)
         medians[label] = statistics.median(times)
@@ -244,10 +247,10 @@ def bench_data(n: int, batch_sizes: list[int], repeats: int, device: str) -> Non
                 rates = []
                 for i in range(repeats + 2):
                     idx = torch.randint(0, dm.num_samples, (bs,), device=dev)
-                    _sync(dev)
+                    sync(dev)
                     start = time.perf_counter()
                     dm.gather(idx)
-                    _sync(dev)
+                    sync(dev)
                     if i >= 2:
                         rates.append(bs / (time.perf_counter() - start))
                 print(f"  {label:<26} batch {bs:>4}: {statistics.median(rates):>10,.0f} images/s")
@@ -327,6 +330,11 @@ def main(argv=None) -> None:
     metrics.add_argument("--repeats", type=int, default=3)
     metrics.add_argument("--continuous", action="store_true", help="continuous latents (KSG estimator)")
     metrics.add_argument("--seed", type=int, default=0)
+    tf32 = sub.add_parser("tf32", help="each paper model's terms and gradient under TF32 against float32 (CUDA)")
+    tf32.add_argument("--device", default="cuda")
+    tf32.add_argument("--batch-size", type=int, default=64)
+    tf32.add_argument("--repeats", type=int, default=5)
+    tf32.add_argument("--only", nargs="+", default=None, help="cases whose label contains one of these")
     seeds = sub.add_parser("precision", help="quickstart metrics over seeds in fp32 and bf16-mixed (subprocesses)")
     seeds.add_argument("--out", type=Path, default=Path("outputs/bench_precision"),
                        help="run directories; finished runs are reused")
@@ -351,6 +359,10 @@ def main(argv=None) -> None:
     elif args.what == "metrics":
         ok = bench_metrics(args.n, args.latents, args.repeats, args.device, args.continuous, args.seed)
         raise SystemExit(0 if ok else 1)
+    elif args.what == "tf32":
+        from .bench_tf32 import bench_tf32
+
+        bench_tf32(bench_model, sync, args.device, args.batch_size, args.repeats, args.only)
     elif args.what == "precision":
         raise SystemExit(0 if compare_precisions(args.out, args.models, args.seeds, args.overrides) else 1)
 

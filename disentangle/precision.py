@@ -45,6 +45,20 @@ def autocast_active() -> bool:
 _TF32_GUARD = {"on": False}  # set by float32_math for a CUDA run: the islands then also switch TF32 off
 
 
+@contextlib.contextmanager
+def tf32_flags(matmul: bool, conv: bool, islands_exact: bool = True) -> Iterator[None]:
+    """TF32 for CUDA matrix products (``matmul``) and convolutions (``conv``) inside, restored after; with
+    ``islands_exact`` false the fp32 islands keep TF32 too (JAX's default precision everywhere; only the benchmark
+    ``python -m disentangle.bench tf32`` asks for that)."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, _TF32_GUARD["on"])
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
+    _TF32_GUARD["on"] = islands_exact
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, _TF32_GUARD["on"] = saved
+
+
 def tf32_active() -> bool:
     """Whether float32 products may run in TF32 right now (only ever on CUDA, after :func:`float32_math`)."""
     return _TF32_GUARD["on"] and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
@@ -137,13 +151,29 @@ def resolve_precision(requested, accelerator: str, *, updates_per_step: int = 1)
     return value
 
 
-def float32_math(accelerator: str, tf32: bool) -> bool:
-    """On CUDA: TF32 matrix products and convolutions for the float32 work outside the islands (``tf32``: 10
-    significant bits in the products, float32 accumulation), and the islands switch it off for their forward
-    passes. A model whose regularizer also needs exact float32 gradients (``Regularizer.exact_float32``: the Hessian
-    penalties) runs with ``tf32`` false (``tf32: auto``). Returns whether TF32 is on; nothing changes off CUDA."""
+TF32_MODES = ("auto", "true", "false", "conv")
+
+
+def tf32_mode(value) -> str:
+    """``tf32`` from a config (a bool or one of :data:`TF32_MODES`) as one of :data:`TF32_MODES`."""
+    mode = str(value).lower()
+    if mode not in TF32_MODES:
+        raise ConfigError(f"tf32={value!r}: choose one of {list(TF32_MODES)}")
+    return mode
+
+
+def float32_math(accelerator: str, tf32: bool | str) -> bool | str:
+    """On CUDA: TF32 products for the float32 work outside the islands (10 significant bits in the products, float32
+    accumulation), and the islands switch it off for their forward passes. ``tf32``: True (matrix products and
+    convolutions: what JAX's default precision does on an Ampere or newer GPU), ``"conv"`` (convolutions only:
+    PyTorch's own defaults since 1.12, cuDNN on, matmul off) or False. A model whose regularizer also needs exact
+    float32 gradients (``Regularizer.exact_float32``: the Hessian penalties) runs with it off (``tf32: auto``).
+    Returns what is on (True, ``"conv"`` or False); nothing changes off CUDA (False)."""
     if device_type(accelerator) != "cuda":
         return False
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(tf32)
+    conv_only = str(tf32).lower() == "conv"
+    matmul = not conv_only and str(tf32).lower() == "true"
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    torch.backends.cudnn.allow_tf32 = matmul or conv_only
     _TF32_GUARD["on"] = True
-    return bool(tf32)
+    return "conv" if conv_only else matmul

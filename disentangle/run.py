@@ -22,7 +22,7 @@ from .data import DatasetNotFoundError
 from .devices import job_placement
 from .errors import ConfigError
 from .metrics.suite import SCALAR_LABELS
-from .precision import float32_math, resolve_precision
+from .precision import float32_math, resolve_precision, tf32_mode
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +103,10 @@ def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict
     accelerator = accelerator or cfg.trainer.get("accelerator", "auto")
     precision = resolve_precision(cfg.trainer.get("precision", "auto"), accelerator,
                                   updates_per_step=model.updates_per_step)
-    tf32 = cfg.get("tf32", "auto")
-    if str(tf32) not in ("auto", "True", "False", "true", "false"):
-        raise ConfigError(f"tf32={tf32!r}: choose auto, true or false")
-    if str(tf32) == "auto":  # off where a regularizer's gradients difference nearly equal activations
-        tf32 = not any(reg.exact_float32 for reg in model.regularizers.values())
-    return {"precision": precision, "tf32": float32_math(accelerator, str(tf32).lower() == "true")}
+    tf32 = tf32_mode(cfg.get("tf32", "auto"))
+    if tf32 == "auto":  # off where a regularizer's gradients difference nearly equal activations
+        tf32 = str(not any(reg.exact_float32 for reg in model.regularizers.values())).lower()
+    return {"precision": precision, "tf32": float32_math(accelerator, tf32)}
 
 
 def train(cfg: DictConfig) -> dict:

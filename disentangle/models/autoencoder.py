@@ -96,10 +96,11 @@ class Autoencoder(LatentModel):
         dataset_size: int | None = None,
         density_scale: float | str = "per_pixel",
         reconstruction: str = "bce",
+        init: str = "pytorch",
     ):
         super().__init__(arch, latent, n_latents, in_channels=in_channels, resolution=resolution,
                          optimizer=optimizer, batch_size=batch_size, name=name, tuned=tuned,
-                         dataset_size=dataset_size, reconstruction=reconstruction)
+                         dataset_size=dataset_size, reconstruction=reconstruction, init=init)
         self.density_scale = _density_scale(density_scale, self.in_channels * self.resolution**2)
         for key, reg in (regularizers or {}).items():
             if reg is not None and not isinstance(reg, Regularizer):

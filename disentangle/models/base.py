@@ -44,6 +44,7 @@ from torch import nn
 
 from ..checks import check_one_of
 from ..errors import ConfigError, NonFiniteLossError
+from ..nn.init import initialize
 from ..precision import autocast_active, full_precision, tf32_active
 from ..quantizers.base import LatentModule, LatentOutput, LatentSpec
 from ..schedules import build_scheduler
@@ -96,6 +97,8 @@ class LatentModel(pl.LightningModule):
         dataset_size: number of training images, for estimators that need it.
         reconstruction: what the decoder outputs: ``"bce"``/``"bce_sum"`` logits (image = sigmoid) or ``"mse"`` the
             image centred to [-0.5, 0.5] (image = output + 0.5).
+        init: the encoder's and decoder's weight initialisation (:mod:`disentangle.nn.init`): ``pytorch`` (as
+            built), ``haiku`` (Friede et al.'s JAX code), ``glorot`` (disentanglement_lib) or ``normal_0.02``.
     """
 
     requires_decoder = False  # True: ``model.arch.decoder: null`` is refused (the GANs' generator)
@@ -114,6 +117,7 @@ class LatentModel(pl.LightningModule):
         tuned: Mapping | None = None,
         dataset_size: int | None = None,
         reconstruction: str = "bce",
+        init: str = "pytorch",
     ):
         super().__init__()
         self.automatic_optimization = False  # every method steps its optimizers itself
@@ -141,6 +145,12 @@ class LatentModel(pl.LightningModule):
         self.decoder = None if arch["decoder"] is None else arch["decoder"](
             in_features=self.latent.out_features, out_channels=in_channels, resolution=resolution
         )
+        try:
+            for net in (self.encoder, self.decoder):
+                if net is not None:
+                    initialize(net, init)
+        except ValueError as exc:
+            raise ValueError(f"model.{exc}") from exc
         self.optim_cfg = optimizer_config(optimizer or {})
         self.regularizers = nn.ModuleDict()  # a subclass may fill it; code that walks it finds an empty dict
         self.split_batch = False  # True: each loader batch is two halves, the second for an adversary's negatives

@@ -149,6 +149,7 @@ class InfoWGAN(LatentModel):
         latent_weight: float = 200.0,
         n_samples_figure: int = 64,
         intervene_on: str = "prior",
+        init: str = "pytorch",
     ):
         if isinstance(n_critic, bool) or int(n_critic) != n_critic or int(n_critic) < 1:
             raise ValueError(f"model.n_critic must be an integer >= 1 (got {n_critic})")
@@ -161,7 +162,7 @@ class InfoWGAN(LatentModel):
         # the generator outputs logits; image = sigmoid (spec §4.7)
         super().__init__(arch, latent, n_latents, in_channels=in_channels, resolution=resolution,
                          optimizer=optimizer, batch_size=batch_size, name=name, tuned=tuned,
-                         dataset_size=dataset_size, reconstruction="bce")
+                         dataset_size=dataset_size, reconstruction="bce", init=init)
         self.loss_weights = loss_weights
         self.n_critic = int(n_critic)
         try:

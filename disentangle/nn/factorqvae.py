@@ -14,18 +14,11 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .blocks import BaseDecoder, BaseEncoder, check_bool, check_positive_int, output_norm
+from .init import initialize
 
 __all__ = ["DalleDecoder", "DalleEncoder"]
 
 GROUP_WIDTHS = (1, 2, 4)  # x channels, per group
-
-
-def _init(module: nn.Module) -> None:
-    for m in module.modules():
-        if isinstance(m, (nn.Conv2d, nn.Linear)):
-            nn.init.normal_(m.weight, 0.0, 0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
 
 
 class ResBlock(nn.Module):
@@ -79,7 +72,7 @@ class DalleEncoder(BaseEncoder):
         flat = cin * (self.resolution // 4) ** 2
         self.dense = nn.Sequential(nn.ReLU(), nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
         self.head = nn.Linear(hidden, self.out_features)
-        _init(self)
+        initialize(self, "normal_0.02")  # the authors' weights_init
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
@@ -117,7 +110,7 @@ class DalleDecoder(BaseDecoder):
         self.out = nn.Sequential(nn.ReLU(), nn.Conv2d(cin, self.out_channels, 1))
         self.hessian_layers = ("cond", "block0")
         self.activation_names = ("cond", "block0", "logits")
-        _init(self)
+        initialize(self, "normal_0.02")  # the authors' weights_init
 
     def _decode(self, z: Tensor, until: frozenset[str] = frozenset()) -> tuple[Tensor | None, dict[str, Tensor]]:
         seed = self.dense(z)

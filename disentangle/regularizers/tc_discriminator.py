@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..nn.init import INITS, initialize
 from ..precision import in_float32
 from ..quantizers.base import check_int
 from ..schedules import build_scheduler
@@ -56,21 +57,18 @@ def permute_across_processes(samples: torch.Tensor, n_latents: int) -> torch.Ten
     return permute_latents(full, n_latents, draws=draws).chunk(world)[rank]
 
 
-def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 5, negative_slope: float = 0.2) -> nn.Sequential:
+def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 5, negative_slope: float = 0.2,
+                      init: str = "normal_0.02") -> nn.Sequential:
     """``layers`` linear layers of ``hidden`` units, each followed by LeakyReLU, then a linear map to 2 logits
-    (class 0 = joint sample, class 1 = permuted); weights N(0, 0.02), zero biases (authors' code)."""
+    (class 0 = joint sample, class 1 = permuted); initialised by ``init`` (:mod:`disentangle.nn.init`; default
+    N(0, 0.02) weights and zero biases: the FactorQVAE authors' ``weights_init``)."""
     modules: list[nn.Module] = []
     width = in_features
     for _ in range(layers):
         modules += [nn.Linear(width, hidden), nn.LeakyReLU(negative_slope)]
         width = hidden
     modules.append(nn.Linear(width, 2))
-    net = nn.Sequential(*modules)
-    for m in net:
-        if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, 0.0, 0.02)
-            nn.init.zeros_(m.bias)
-    return net
+    return initialize(nn.Sequential(*modules), init)
 
 
 def discriminator_logits(net: nn.Sequential, samples: torch.Tensor,
@@ -117,7 +115,7 @@ class AdversarialTotalCorrelation(Regularizer):
       ``negatives="same_batch"`` (Friede et al., disentanglement_lib): permute the same batch's samples.
     D: ``layers`` x Linear(hidden) + LeakyReLU(negative_slope), then Linear(2). Its optimizer (Adam, ``optimizer``
     = {lr, betas, eps}) and optional lr ``schedule`` are returned to Lightning with the model's, so checkpoints
-    save and restore them.
+    save and restore them. ``init``: D's initialisation (:mod:`disentangle.nn.init`).
     """
 
     requires_sample = True
@@ -133,8 +131,12 @@ class AdversarialTotalCorrelation(Regularizer):
         negative_slope: float = 0.2,
         optimizer: Mapping | None = None,
         schedule: Mapping | None = None,
+        init: str = "normal_0.02",
     ):
         super().__init__(weight)
+        if init not in INITS:
+            raise ValueError(f"init must be one of {list(INITS)} (got {init!r})")
+        self.init = init
         if negatives not in NEGATIVES:
             raise ValueError(f"negatives must be one of {list(NEGATIVES)} (got {negatives!r})")
         self.negatives = negatives
@@ -156,7 +158,7 @@ class AdversarialTotalCorrelation(Regularizer):
         spec = model.latent_spec
         self.n_latents = spec.n_latents
         self.discriminator = discriminator_net(spec.sample_features, self.hidden, self.layers,
-                                               self.negative_slope)
+                                               self.negative_slope, self.init)
 
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:
         # D's parameters enter the model's loss as constants: the gradient reaches the samples (and the encoder),
