@@ -112,7 +112,7 @@ class StepTimer:
         configured = self.model.configure_optimizers()
         self.optimizers, self.schedulers = configured if isinstance(configured, tuple) else ([configured], [])
         self.x = torch.rand(batch_size * (2 if self.model.split_batch else 1), 3, 64, 64, device=self.device)
-        self.period = getattr(self.model, "n_critic", 1)
+        self.period = self.model.steps_per_period
 
     def step(self) -> float:
         """Seconds per iteration of one whole period (one iteration for every model but the GANs)."""

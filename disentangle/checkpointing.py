@@ -14,7 +14,9 @@ import csv
 import io
 import json
 import os
+import pickle
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +42,36 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             f.flush()
             os.fsync(f.fileno())
         os.replace(part, path)
+
+
+class UnsafeCheckpointError(ConfigError):
+    """A checkpoint file holds something other than data (a pickled object whose loading could run code)."""
+
+
+def read_checkpoint(path: Path | str, what: str) -> dict:
+    """``path`` loaded on the CPU as data only (``torch.load(weights_only=True)``: tensors, numbers, strings and
+    containers of them, which is all a checkpoint of this project, or of Lightning, holds), so opening a
+    checkpoint someone shares cannot run code. A file that needs any other type is refused in one
+    :class:`UnsafeCheckpointError` line naming the type, before any of it runs; an unreadable file is one
+    :class:`ConfigError` line. ``what`` starts the message (``ckpt=...``, ``resume: checkpoint ...``)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        needed = re.search(r"GLOBAL\s+([\w.]+)", str(exc))  # torch names the refused global this way
+        if needed is not None or "Weights only load failed" in str(exc):
+            name = needed.group(1) if needed else "a type that is not data"
+            raise UnsafeCheckpointError(
+                f"{what}: refused: the file needs {name}, which no checkpoint of this project holds; opening it "
+                f"could run code (checkpoints are loaded as data only), so nothing of it was run") from exc
+        raise ConfigError(f"{what} is unreadable ({type(exc).__name__}: {_first_line(exc)}); nothing was changed") \
+            from exc
+    except Exception as exc:
+        raise ConfigError(f"{what} is unreadable ({type(exc).__name__}: {_first_line(exc)}); nothing was changed") \
+            from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else "partial or corrupt file"
 
 
 def rng_states() -> dict:
@@ -106,11 +138,8 @@ def load_checkpoint(path: Path | str, data_cfg=None, data_overrides: dict | None
     path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(f"ckpt={path}: no such checkpoint file")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:
-        raise ConfigError(f"ckpt={path}: unreadable checkpoint ({one_line(exc)})") from exc
-    if "disentangle_config" not in ckpt:
+    ckpt = read_checkpoint(path, f"ckpt={path}")
+    if not isinstance(ckpt, dict) or "disentangle_config" not in ckpt:
         raise ConfigError(f"ckpt={path}: not a disentangle checkpoint (no stored config)")
     run = OmegaConf.create(ckpt["disentangle_config"])
     data = OmegaConf.create(OmegaConf.to_container(data_cfg if data_cfg is not None else run.data, resolve=True))
@@ -157,12 +186,7 @@ def find_checkpoint(resume, output_dir, auto_resume: bool = False) -> Path | Non
 def check_checkpoint(path: Path) -> dict:
     """Load ``path`` on the CPU and check it is a whole training checkpoint; returns it. A partial or corrupt file
     (a kill during a write that was not atomic, a truncated copy) raises one ConfigError line."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:
-        raise ConfigError(f"resume: checkpoint {path} is unreadable ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else 'partial or corrupt file'}); "
-                          f"nothing was changed") from exc
+    ckpt = read_checkpoint(path, f"resume: checkpoint {path}")
     needed = ("state_dict", "optimizer_states", "loops", "global_step")
     missing = [k for k in needed if k not in ckpt] if isinstance(ckpt, dict) else list(needed)
     if missing:

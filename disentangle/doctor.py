@@ -356,7 +356,7 @@ def _worker(args) -> int:
     from hydra.utils import instantiate
 
     from .bench import DATASET_SIZE, STEP_CASES
-    from .precision import autocast_for
+    from .precision import autocast_for, float32_math
 
     device = torch.device(args.device)
     cfg = _compose([*dict(STEP_CASES)[args.case], "data=shapes2d", f"model.batch_size={args.batch_size}",
@@ -367,11 +367,13 @@ def _worker(args) -> int:
         from .data import ProceduralDataModule
 
         model.attach_data(ProceduralDataModule("shapes2d", eval_size=10))
+    # TF32 on CUDA as a run of this model sets it (tf32: auto), as bench.StepTimer does
+    float32_math(device.type, not any(reg.exact_float32 for reg in model.regularizers.values()))
     configured = model.configure_optimizers()
     optimizers, schedulers = configured if isinstance(configured, tuple) else ([configured], [])
     x = torch.rand(args.batch_size * (2 if model.split_batch else 1), 3, args.resolution, args.resolution,
                    device=device)
-    period = getattr(model, "n_critic", 1)
+    period = model.steps_per_period
 
     def steps(n: int) -> None:
         for _ in range(n * period):
@@ -638,11 +640,12 @@ def _doctor(args, progress) -> dict:
 
     from .bench import STEP_CASES
     from .families import FAMILIES
+    from .precision import cuda_bf16_native
 
     cuda = torch.cuda.is_available()
     n_gpus = torch.cuda.device_count() if cuda else 0
     _check_options(args, cuda)
-    cuda_bf16 = cuda and torch.cuda.is_bf16_supported()
+    cuda_bf16 = cuda and cuda_bf16_native()  # emulated bf16 is not run (precision.resolve_precision refuses it)
     steps = args.steps or (2 if args.quick else 4)
     report: dict = {"started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                     "command": ["python", "-m", "disentangle.doctor", *args.argv],

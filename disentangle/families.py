@@ -26,7 +26,7 @@ class Family(NamedTuple):
 
 def family_of(model) -> Family:
     """The family of an instantiated model."""
-    return Family(type(model).__name__, type(model.latent).__name__, model.updates_per_step > 1,
+    return Family(type(model).__name__, model.latent_spec.module, model.updates_per_step > 1,
                   any(reg.needs_data for reg in model.regularizers.values()), not model.can_reconstruct)
 
 

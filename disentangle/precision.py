@@ -122,18 +122,30 @@ def device_type(accelerator: str) -> str:
     return kind
 
 
+def cuda_bf16_native() -> bool:
+    """Whether the current CUDA device computes in bf16 natively (Ampere and later). ``torch.cuda.is_bf16_supported()``
+    also counts emulation (a V100 or T4 "supports" bf16, slower than fp32), which is not support here."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # torch before 2.4 has no including_emulation
+        return torch.cuda.get_device_capability() >= (8, 0)
+
+
 def resolve_precision(requested, accelerator: str, *, updates_per_step: int = 1) -> str:
     """The precision a run trains in: ``auto`` is ``bf16-mixed`` on a CUDA device that computes in bf16 and
     ``32-true`` elsewhere (on this project's CPU bf16 is faster, but the demo's metrics were measured in fp32; see
     docs/benchmarks.md). What the device or the method cannot do fails here, in one line, before any work:
     ``16-mixed`` off CUDA (it names ``bf16-mixed``), ``16-mixed`` for a model with several optimizer updates per
-    step (the second optimizer steps outside Lightning's gradient scaler), ``bf16-mixed`` on a GPU without bf16."""
+    step (the second optimizer steps outside Lightning's gradient scaler), ``bf16-mixed`` on a GPU without native
+    bf16 (:func:`cuda_bf16_native`: emulation does not count)."""
     value = _ALIASES.get(str(requested), str(requested))
     if value not in PRECISIONS:
         raise ConfigError(f"trainer.precision={requested!r} is not supported; choose one of {list(PRECISIONS)}")
     kind = device_type(accelerator)
     if value == "auto":
-        return "bf16-mixed" if kind == "cuda" and torch.cuda.is_bf16_supported() else "32-true"
+        return "bf16-mixed" if kind == "cuda" and cuda_bf16_native() else "32-true"
     if value == "16-mixed":
         if kind != "cuda":
             raise ConfigError(f"trainer.precision=16-mixed needs a CUDA GPU (float16 with a gradient scaler); on the "
@@ -143,9 +155,9 @@ def resolve_precision(requested, accelerator: str, *, updates_per_step: int = 1)
                               "per step (an adversary or a generator) and float16 needs every backward pass loss-scaled "
                               "through one gradient scaler; use trainer.precision=bf16-mixed or 32-true")
     if value == "bf16-mixed":
-        if kind == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ConfigError(f"trainer.precision=bf16-mixed: {torch.cuda.get_device_name()} cannot compute in bf16; "
-                              f"use trainer.precision=16-mixed or 32-true")
+        if kind == "cuda" and not cuda_bf16_native():
+            raise ConfigError(f"trainer.precision=bf16-mixed: {torch.cuda.get_device_name()} has no native bf16 (torch "
+                              f"would emulate it, slower than fp32); use trainer.precision=16-mixed or 32-true")
         if kind not in ("cpu", "cuda"):
             raise ConfigError(f"trainer.precision=bf16-mixed is supported on CPU and CUDA, not on {kind}; use 32-true")
     return value

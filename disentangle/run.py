@@ -143,7 +143,9 @@ def train(cfg: DictConfig) -> dict:
     if ckpt_path is None:
         _warn_stale_checkpoints(job.trainer)
     start = time.perf_counter()
-    job.trainer.fit(job.model, datamodule=job.datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path))
+    # weights_only: Lightning's own restore reads the checkpoint as data too (disentangle.checkpointing.read_checkpoint)
+    job.trainer.fit(job.model, datamodule=job.datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path),
+                    weights_only=True)
     if job.evaluation is not None and resumed_step is not None and resumed_step >= job.trainer.max_steps:
         # killed after its last checkpoint, during the final evaluation: Lightning does not run a finished loop
         # again (no on_train_end), so the final evaluation of the restored weights is done here

@@ -14,6 +14,8 @@ from hydra.core.global_hydra import GlobalHydra
 import disentangle.config  # noqa: F401  (resolvers)
 
 ROOT = Path(__file__).resolve().parents[1]
+# a test stopped by the global timeout (pyproject: [tool.pytest.ini_options] timeout) leaves no process behind
+pytest_plugins = ["process_cleanup"]
 CONF = ROOT / "conf"
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 DATASETS = sorted(p.stem for p in (CONF / "data").glob("*.yaml"))

@@ -304,3 +304,13 @@ def test_chens_decomposition_is_one_option_away_with_the_same_tc_gradient():
     assert (normalised - dlib).item() == pytest.approx(5 * math.log(32 * 1000), rel=1e-12)  # (n_z - 1) log(M N)
     assert torch.allclose(torch.autograd.grad(dlib, mu, retain_graph=True)[0],
                           torch.autograd.grad(normalised, mu)[0], rtol=1e-12, atol=1e-14)
+
+
+def test_annealed_capacity_refuses_a_latent_whose_kl_still_counts():
+    """The capacity term replaces the KL: with model.latent.beta > 0 the KL would count twice (issue 30 item 7)."""
+    cfg = compose_config(["model=vae_friede", "model/arch=small", "+regularizer=annealed_capacity"])
+    with pytest.raises(Exception, match=r"replaces the latent's KL, which still counts .* set model.latent.beta=0"):
+        instantiate(cfg.model, in_channels=3, resolution=64)
+    cfg = compose_config(["model=vae_friede", "model/arch=small", "+regularizer=annealed_capacity",
+                          "model.latent.beta=0"])
+    assert "annealed_capacity" in instantiate(cfg.model, in_channels=3, resolution=64).regularizers

@@ -247,5 +247,14 @@ def test_bench_tf32_compares_like_with_like_and_needs_cuda():
     for name, (other_terms, other_grad) in results.items():
         assert other_terms == terms and torch.equal(other_grad, grad), name
     res = subprocess.run([sys.executable, "-m", "disentangle.bench", "tf32", "--device", "cpu"], capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=120, check=False)
     assert res.returncode != 0 and "bench tf32 needs a CUDA device" in res.stderr
+
+
+@pytest.mark.parametrize("sweep", sorted(p.stem for p in SWEEP_DIR.glob("*.yaml")
+                                         if "best-infom" in p.read_text()))
+def test_a_best_infom_sweep_evaluates_every_reported_metric_at_each_evaluation(sweep):
+    """Its report takes each run's best-InfoM evaluation: the D/I/C columns must come from that evaluation too
+    (issue 30 item 7), so every periodic evaluation computes DCI beside InfoMEC."""
+    cfg = compose_sweep(sweep)
+    assert set(cfg.callbacks.evaluation.periodic_metrics) >= {"infomec", "dci"}, sweep

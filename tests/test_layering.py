@@ -286,3 +286,30 @@ def test_no_import_cycle_within_a_subpackage():
                 )
     if problems:
         pytest.fail(_report("import cycles within a subpackage", problems), pytrace=False)
+
+
+# what code outside disentangle/models may not do to a model: read its latent module or probe its attributes; it asks
+# the model's interface (latent_spec, updates_per_step, steps_per_period, ...) instead (issue 30 item 7)
+MODEL_NAMES = {"model", "pl_module", "net", "lightning_module"}
+
+
+def model_probes(path: Path) -> list[str]:
+    """``X.latent`` and ``getattr(X, ...)``/``hasattr(X, ...)`` on a model variable (or ``self.model``) in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        target = None
+        if isinstance(node, ast.Attribute) and node.attr == "latent":
+            target = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                and node.args:
+            target = node.args[0]
+        if isinstance(target, ast.Name) and target.id in MODEL_NAMES or (
+                isinstance(target, ast.Attribute) and target.attr == "model"):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_outside_models_probes_a_models_latent_module_or_attributes():
+    probes = [probe for path in sorted((ROOT / PACKAGE).rglob("*.py")) if "models" not in path.parts
+              for probe in model_probes(path)]
+    assert not probes, "model internals read outside disentangle/models:\n  " + "\n  ".join(probes)

@@ -172,6 +172,7 @@ def test_the_sdist_carries_the_configs_the_sweeps_and_the_license(sources, tmp_p
     assert expected <= names and {"LICENSE", "setup.py", "pyproject.toml", "disentangle/paths.py"} <= names
 
 
+@pytest.mark.timeout(900)  # builds and installs a wheel into a fresh venv: minutes on a loaded 2-core machine
 def test_the_installed_wheel_trains_evaluates_and_runs_a_sweep_from_any_directory(venv, tmp_path):
     torch = pytest.importorskip("torch")
     bin_dir = venv / "bin"

@@ -264,6 +264,12 @@ class LatentModel(pl.LightningModule):
         data-parallel training detect the parameters each pass leaves unused (``disentangle.run.build``)."""
         return 1
 
+    @property
+    def steps_per_period(self) -> int:
+        """Training steps after which the step's pattern of updates repeats (1; the GANs: n_critic, one generator
+        update each): a benchmark times whole periods."""
+        return 1
+
     def backward_update(self, loss: torch.Tensor) -> None:
         """``loss.backward()``, through Lightning under a Trainer: under DDP, Lightning prepares the reducer for
         each backward pass, so the gradients of every network the pass reaches are averaged across processes."""

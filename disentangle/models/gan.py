@@ -198,6 +198,11 @@ class InfoWGAN(LatentModel):
         """An encoder/critic update and, every n_critic-th iteration, a generator update: two backward passes."""
         return 2
 
+    @property
+    def steps_per_period(self) -> int:
+        """n_critic encoder/critic iterations, the last with the generator's update."""
+        return self.n_critic
+
     @torch.no_grad()
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(representation, "reconstruction") of real images: the representation is the encoder's latent of x

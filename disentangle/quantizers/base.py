@@ -61,6 +61,7 @@ class LatentSpec:
                      interventions step through the codes in use.
     n_categories:    categories per latent of a categorical distribution, else None.
     loss_terms:      names of the module's own loss terms (e.g. ``("kl",)``).
+    weighted_terms:  those of them that count in the loss (weight > 0).
     has_prior:       :meth:`LatentModule.sample_prior` draws from a prior (what a generator is fed).
     straight_through: :meth:`LatentModule.relaxation` can switch the module to noise-free soft or hard codes
                      (the straight-through-gap model selection).
@@ -78,6 +79,7 @@ class LatentSpec:
     loss_terms: tuple[str, ...]
     has_prior: bool
     straight_through: bool
+    weighted_terms: tuple[str, ...] = ()
 
 
 class LatentModule(nn.Module):
@@ -152,6 +154,7 @@ class LatentModule(nn.Module):
             distribution=self.distribution, sample_features=self.sample_features, discrete=bool(self.discrete),
             categorical=bool(self.categorical), n_categories=getattr(self, "n_categories", None),
             loss_terms=tuple(self.weights), has_prior=self.has_prior, straight_through=self.straight_through,
+            weighted_terms=tuple(name for name, weight in self.weights.items() if weight > 0),
         )
 
     def sample_prior(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -49,6 +49,12 @@ class AnnealedCapacity(Regularizer):
         self.iteration_threshold = iteration_threshold
         self.term_weights = {"capacity": 0.0}
 
+    def bind(self, model) -> None:
+        super().bind(model)
+        if "kl" in model.latent_spec.weighted_terms:  # the KL would count twice: once plain, once in the gap
+            raise ValueError("annealed_capacity replaces the latent's KL, which still counts (model.latent.beta > 0): "
+                             "set model.latent.beta=0, as model=annealed_vae_friede does")
+
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:
         params = ctx.latent.params
         kl = gaussian_kl(params["mu"], params["sigma"]).mean()

@@ -5,7 +5,9 @@ Under mixed precision the whole penalty is an fp32 island (:mod:`disentangle.pre
 are divided by ε² = 0.01, so from bf16 activations (8 significant bits) they measure rounding noise (NHP then sits
 near its noise value, the number of layers). The perturbed decoder passes *and* the unperturbed one they are
 differenced against run in float32: the main pass's bf16 activations are not used, z goes through the fp32 pass
-with its perturbations (one decoder call on (1 + 4 n_p) B latents instead of 4 n_p B).
+with its perturbations (one decoder call on (1 + 4 n_p) B latents instead of 4 n_p B). Likewise under TF32 on CUDA
+(``tf32=true`` forced on a Hessian-penalty model: its forward passes are then all float32; its backward pass is
+not, ``tf32: auto`` keeps TF32 off for these models).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..precision import autocast_active, full_precision
+from ..precision import autocast_active, full_precision, tf32_active
 from .base import Regularizer, StepContext, batch_std
 
 AGGREGATES = ("per_layer", "pooled")
@@ -130,13 +132,14 @@ class NormalizedHessianPenalty(Regularizer):
         def activations_at(z: torch.Tensor) -> dict[str, torch.Tensor]:
             return ctx.decoder(z, return_activations=True, until=self.layers)[1]
 
-        mixed = autocast_active()
+        # under autocast or TF32 the main pass's activations are rounded: differenced, they would measure rounding
+        exact_base = autocast_active() or tf32_active()
         with full_precision():  # a no-op outside autocast
             penalty = normalized_hessian_penalty(
                 activations_at,
                 ctx.latent.z.float(),
                 batch_std(ctx.latent.z_continuous) if self.normalized else None,
-                None if mixed else ctx.activations,  # the main pass's activations are bf16 under autocast
+                None if exact_base else ctx.activations,  # else z's activations are recomputed in the island
                 self.layers,
                 n_perturbations=self.n_perturbations,
                 eps=self.eps,
