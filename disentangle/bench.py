@@ -40,24 +40,34 @@ STEP_CASES = [
     ("betatcvae", ["model=betatcvae"]),
     ("bioae", ["model=bioae"]),
     ("vqvae", ["model=vqvae"]),
+    ("vqvae_wd", ["model=vqvae_wd"]),
+    ("qlae_no_wd", ["model=qlae_no_wd"]),
+    ("qlae_global_codebook", ["model=qlae_global_codebook"]),
     ("qlae + klm", ["model=qlae", "+regularizer=klm"]),
     ("qlae, tripod arch", ["model=qlae", "model/arch=tripod"]),  # the Tripod paper's QLAE baseline
     ("betatcvae, tripod arch", ["model=betatcvae", "model/arch=tripod"]),  # Tripod's beta-TCVAE baseline
     ("tripod w/o nhp", ["model=tripod_no_nhp"]),
     ("tripod_naive", ["model=tripod_naive"]),
     ("tripod", ["model=tripod"]),
+    ("tripod_no_klm", ["model=tripod_no_klm"]),
+    ("tripod_finer", ["model=tripod_finer"]),
     ("ae_fq", ["model=ae_fq"]),  # the FactorQVAE paper's family, on its DALL-E-style networks
+    ("betavae_fq", ["model=betavae_fq"]),
+    ("bioae_fq", ["model=bioae_fq"]),
+    ("qlae_fq", ["model=qlae_fq"]),
     ("qvae", ["model=qvae"]),
     ("dvae", ["model=dvae"]),
     ("factorqvae", ["model=factorqvae"]),
     # disentanglement_lib's 6-hidden-layer discriminator, the FactorQVAE family's default until issue 33
     ("factorqvae, 6-layer disc.", ["model=factorqvae", "model.regularizers.tc_discriminator.layers=6"]),
+    ("factordvae", ["model=factordvae"]),
     ("factorvae", ["model=factorvae"]),
     ("dvae_friede", ["model=dvae_friede"]),  # Friede et al.'s, on disentanglement_lib's networks
     ("factordvae_friede", ["model=factordvae_friede"]),
     ("vae_friede", ["model=vae_friede"]),
     ("factorvae_friede", ["model=factorvae_friede"]),
     ("dvae_friede_masked + sup", ["model=dvae_friede_masked", "+regularizer=supervision"]),  # + a labelled batch
+    ("factordvae_friede_masked + sup", ["model=factordvae_friede_masked", "+regularizer=supervision"]),
     # Locatello et al.'s models that Friede et al. quote (starred rows), on the same networks
     ("betavae_friede", ["model=betavae_friede"]),
     ("betatcvae_friede", ["model=betatcvae_friede"]),
@@ -76,6 +86,7 @@ STEP_CASES = [
     # n_critic-th (timed over whole periods, see time_steps)
     ("infowgan_gp", ["model=infowgan_gp"]),
     ("qlinfowgan_gp", ["model=qlinfowgan_gp"]),
+    ("qlinfowgan_gp_no_wd", ["model=qlinfowgan_gp_no_wd"]),
     ("wgan_gp", ["model=wgan_gp"]),
 ]
 DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling

@@ -2,7 +2,11 @@
 
 ``hydra/launcher=gpu_node`` (conf/hydra/launcher/gpu_node.yaml) runs ``max(1, N) * runs_per_gpu`` jobs at once on a
 node with N visible GPUs (:func:`concurrent_jobs`, registered as the ``gpu_node_jobs`` resolver), and each job
-places itself with :func:`job_placement`: job i (Hydra's ``hydra.job.num``) trains on GPU ``i mod N``. With no GPU
+places itself with :func:`job_placement`: it takes a free **slot** of the N x ``runs_per_gpu`` slots (slot s = GPU
+``s // runs_per_gpu``), held by an exclusive lock on a file in the sweep's directory for as long as the job runs and
+released when it ends, however it ends (the kernel drops a dead process's locks). So no GPU ever runs more than
+``runs_per_gpu`` jobs of the sweep at once, whatever their lengths. Job i tries a slot of GPU ``i mod N`` first, so
+jobs of equal length land as they always did; a job that finds it busy takes the next free slot. With no GPU
 everything stays on the CPU and the jobs share the cores.
 
 ``DISENTANGLE_SIMULATE_GPUS=N`` is a **simulation**, for tests and dry runs on a CPU machine: :func:`visible_gpus`
@@ -16,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.errors import CompactHydraException
@@ -27,8 +33,10 @@ from .errors import ConfigError
 __all__ = [
     "GPU_ACCELERATORS",
     "SIMULATE_VARIABLE",
+    "SLOTS_DIR",
     "LauncherConfigError",
     "Placement",
+    "acquire_slot",
     "check_gpu_request",
     "check_runs_per_gpu",
     "concurrent_jobs",
@@ -37,6 +45,7 @@ __all__ = [
     "job_number",
     "job_placement",
     "launcher_jobs",
+    "release_slot",
     "simulated_gpus",
     "visible_gpus",
 ]
@@ -206,7 +215,8 @@ def check_gpu_request(accelerator: Any, devices: Any, n_gpus: int) -> tuple[int 
 
 def job_placement(cfg) -> Placement:
     """Place this job: with N visible GPUs and a GPU accelerator (``trainer.accelerator`` auto/gpu/cuda), job i
-    (Hydra's ``hydra.job.num``) of a single-GPU run trains on GPU ``i mod N``; with no GPU, or
+    (Hydra's ``hydra.job.num``) of a single-GPU multirun takes a free slot (:func:`acquire_slot`; GPU ``i mod N``
+    when that one is free), a single run trains on GPU 0; with no GPU, or
     ``trainer.accelerator=cpu``, nothing changes. A job that asks for several GPUs (``trainer.devices`` > 1, a list,
     or -1) keeps them as Lightning picks them. Under the simulation (``DISENTANGLE_SIMULATE_GPUS``) the placement is
     only recorded and training runs on the CPU.
@@ -236,8 +246,17 @@ def job_placement(cfg) -> Placement:
         return Placement({"accelerator": "cpu"} if simulated and accelerator == "auto" else {}, record)
     count, explicit = request
     if count == 1:
-        gpu = job % n_gpus
+        sweep_dir = _sweep_dir(cfg)
+        if sweep_dir is not None:  # a multirun job: a free slot, so no GPU runs more than runs_per_gpu jobs at once
+            # first choice: GPU i mod N (its (i // N)-th slot), so equal jobs land as they always did
+            first = (job % n_gpus) * runs + (job // n_gpus) % runs
+            slot = acquire_slot(sweep_dir / SLOTS_DIR, n_gpus * runs, first)
+            gpu = slot // runs
+            record["slot"] = slot
+        else:
+            gpu = job % n_gpus
         record["device"] = f"cuda:{gpu}"
+        record["placed_at"] = time.time()
         # simulated: trained on the CPU, only the placement is recorded
         return Placement({"accelerator": "cpu"} if simulated else {"accelerator": "gpu", "devices": [gpu]}, record)
     # several GPUs (DDP) or the user's own list: kept as given
@@ -249,13 +268,66 @@ def job_placement(cfg) -> Placement:
     return Placement({"accelerator": "cpu", "devices": len(gpus)} if simulated else {}, record)
 
 
+_HELD_SLOT: dict[str, Any] = {}  # this process's slot lock (one job at a time per process)
+SLOTS_DIR = ".gpu_slots"  # in the sweep's directory
+
+
+def acquire_slot(directory: Path, n_slots: int, first: int, timeout_s: float = 3600.0) -> int:
+    """An exclusive lock on one of ``n_slots`` slot files in ``directory``, tried from ``first`` on (then round the
+    others), waiting while all are held; returns the slot. The lock lives until :func:`release_slot` or the
+    process's end (a killed job frees its slot)."""
+    import fcntl
+
+    release_slot()
+    directory.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for k in range(n_slots):
+            slot = (first + k) % n_slots
+            handle = open(directory / f"slot{slot}.lock", "a+")  # noqa: SIM115 - held open for the job's lifetime
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+            _HELD_SLOT["handle"] = handle
+            return slot
+        if time.monotonic() > deadline:
+            raise ConfigError(f"no free GPU slot in {directory} after {timeout_s:.0f} s: more jobs than GPUs x "
+                              f"runs_per_gpu are running (another sweep in the same directory?)")
+        time.sleep(0.2)
+
+
+def release_slot() -> None:
+    """Give back this process's slot, if it holds one (the end of a job; a worker process runs the next job)."""
+    handle = _HELD_SLOT.pop("handle", None)
+    if handle is not None:
+        handle.close()
+
+
+def _sweep_dir(cfg) -> Path | None:
+    """The directory of this job's sweep (the parent of the job's output directory) in a multirun, else None."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized() or str(HydraConfig.get().mode) != "RunMode.MULTIRUN":
+            return None
+    except Exception:  # noqa: BLE001 - no Hydra context: a single run
+        return None
+    return Path(str(cfg.paths.output_dir)).parent
+
+
 def describe_node(runs_per_gpu: int | str = 1) -> str:
     """One line on the node's layout under ``hydra/launcher=gpu_node``: GPUs (simulated or not), concurrent jobs,
     the job-to-GPU rule and the CPU threads each job gets."""
     runs = check_runs_per_gpu(runs_per_gpu)
     n_gpus, jobs, cores = visible_gpus(), concurrent_jobs(runs), os.cpu_count() or 1
     kind = " (simulated: training runs on the CPU)" if simulated_gpus() is not None else ""
-    where = f"job i on cuda:(i mod {n_gpus})" if n_gpus else "every job on the CPU"
+    where = f"each job on a free slot of {n_gpus} x {runs}, cuda:(slot // {runs})" if n_gpus else "every job on the CPU"
     return (f"{n_gpus} GPU(s){kind}, {runs} run(s) per GPU: {jobs} concurrent job(s), {where}; {cores} CPU core(s), "
             f"{max(1, cores // jobs)} torch thread(s) per job")
 

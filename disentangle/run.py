@@ -19,7 +19,7 @@ from .callbacks import DisentanglementEvaluation
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
 from .config import one_line, progress_enabled, progress_setting
 from .data import DatasetNotFoundError
-from .devices import job_placement
+from .devices import job_placement, release_slot
 from .errors import ConfigError
 from .metrics.suite import SCALAR_LABELS
 from .precision import float32_math, resolve_precision, tf32_mode
@@ -127,7 +127,15 @@ def train(cfg: DictConfig) -> dict:
             raise
     keep_run_config(cfg.paths.output_dir)
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    job = build(cfg)
+    job = build(cfg)  # under hydra/launcher=gpu_node this holds a GPU slot until the job ends
+    try:
+        return _fit(cfg, job, ckpt_path, resumed_step)
+    finally:
+        release_slot()
+
+
+def _fit(cfg: DictConfig, job: Job, ckpt_path, resumed_step: int | None) -> dict:
+    """:func:`train` after the build: resume bookkeeping, fit, final evaluation, summary."""
     if ckpt_path is None and cfg.get("auto_resume") and job.trainer.is_global_zero:
         trim_logs(cfg.paths.output_dir, 0)  # killed before its first checkpoint: start over without its logs
     if ckpt_path is not None or cfg.get("auto_resume"):

@@ -249,7 +249,7 @@ def test_encoder_only_cliff2d_trains_through_hydra_and_writes_mcc(tmp_path):
     history = [json.loads(line) for line in (tmp_path / "metrics_history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == [2, 3]
     trained = build(cfg).model
-    trained.load_state_dict(torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"])
+    trained.load_state_dict(torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"])
     assert any(not torch.equal(p, q) for p, q in zip(before, trained.encoder.parameters()))
 
 

@@ -221,3 +221,11 @@ def test_switching_the_progress_bar_off_drops_the_configured_bar():
     overrides = [o for o in FAST if o != "~callbacks.progress"] + ["model=ae", "data=sprites"]
     job = build(compose_config(overrides))
     assert not any(type(c).__name__ == "TQDMProgressBar" for c in job.trainer.callbacks)
+
+
+def test_every_model_config_has_a_bench_steps_entry():
+    """Every method is timed by `python -m disentangle.bench steps` (issue 30 item 4)."""
+    from disentangle.bench import STEP_CASES
+
+    timed = {o.split("=", 1)[1] for _, overrides in STEP_CASES for o in overrides if o.startswith("model=")}
+    assert not sorted(set(MODELS) - timed), f"models without a bench steps entry: {sorted(set(MODELS) - timed)}"

@@ -176,7 +176,7 @@ def test_ddp_training_evaluation_equals_single_process_evaluation_of_the_same_we
     assert "Starting with 2 processes" in res.stdout + res.stderr
 
     # the same weights, evaluated by the same callback in this (single) process
-    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == 4
     stored = OmegaConf.create(ckpt["disentangle_config"])
     datamodule = instantiate(stored.data)

@@ -211,7 +211,7 @@ def test_a_checkpoint_round_trip_restores_both_optimizers_and_the_schedules(tmp_
                            "callbacks.evaluation.every_n_steps=0", "model.optimizer.schedule.steps=5")
     job.trainer.fit(job.model, datamodule=job.datamodule)
     path = tmp_path / "a" / "checkpoints" / "last.ckpt"
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
     assert len(ckpt["optimizer_states"]) == 2 and len(ckpt["lr_schedulers"]) == 2
     assert ckpt["global_step"] == 3  # the discriminator's steps are not counted
 

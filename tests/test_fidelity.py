@@ -228,7 +228,8 @@ def test_tf32_modes_are_checked_and_change_nothing_off_cuda():
 
 def test_bench_tf32_compares_like_with_like_and_needs_cuda():
     """The TF32 benchmark's settings differ only in TF32: on a CPU (no TF32) every setting gives float32's terms and
-    gradient bit for bit, so the step's random draws are the same ones; the command itself asks for CUDA."""
+    gradient to round-off (the step's random draws are the same ones; where the flags say TF32, the Hessian penalty
+    recomputes z's activations in its own float32 pass, batched differently); the command itself asks for CUDA."""
     import subprocess
     import sys
 
@@ -245,7 +246,9 @@ def test_bench_tf32_compares_like_with_like_and_needs_cuda():
     terms, grad = results["fp32"]
     assert set(terms) == {"reconstruction", "klm", "nhp"} and grad.abs().sum() > 0
     for name, (other_terms, other_grad) in results.items():
-        assert other_terms == terms and torch.equal(other_grad, grad), name
+        assert other_terms == pytest.approx(terms, rel=1e-6), name
+        # the penalty's finite differences amplify that round-off to ~4e-5 of the gradient; TF32 gives 1e-2 on a GPU
+        assert float((other_grad - grad).norm() / grad.norm()) < 1e-3, name
     res = subprocess.run([sys.executable, "-m", "disentangle.bench", "tf32", "--device", "cpu"], capture_output=True,
                          text=True, timeout=120, check=False)
     assert res.returncode != 0 and "bench tf32 needs a CUDA device" in res.stderr

@@ -242,7 +242,7 @@ def test_each_gan_trains_from_the_config_and_writes_metrics(model, tmp_path):
     assert len(record["nmi"]) == 6 and len(record["nmi"][0]) == 12
     assert (tmp_path / "interventions.png").stat().st_size > 1000
     assert (tmp_path / "samples.png").stat().st_size > 1000  # generated images
-    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == 4  # encoder/critic updates; the generator's are not counted
     steps = [{int(s["step"]) for s in opt["state"].values()} for opt in ckpt["optimizer_states"]]
     assert steps == [{4}, {2}]  # 4 encoder/critic updates, 2 generator updates (n_critic = 2)
@@ -258,7 +258,7 @@ def test_a_checkpoint_round_trip_restores_both_optimizers_and_the_schedule(tmp_p
     first = build(compose_config(common + ["trainer.max_steps=4"], output_dir=tmp_path / "a"))
     first.trainer.fit(first.model, datamodule=first.datamodule)
     path = tmp_path / "a" / "checkpoints" / "last.ckpt"
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
     seen = {}
 
     class Capture(pl.Callback):

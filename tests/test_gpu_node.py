@@ -1,7 +1,7 @@
 """Every GPU of a node, several runs per GPU (issue 22): hydra/launcher=gpu_node runs max(1, N) x runs_per_gpu jobs at
-once and job i trains on GPU i mod N. On this CPU machine the GPUs are simulated (DISENTANGLE_SIMULATE_GPUS=N: the
-placement is computed and recorded, training runs on the CPU); the sweeps are real Hydra multiruns in joblib worker
-processes."""
+once, each job on a free GPU slot (GPU i mod N first; issue 30: never more than runs_per_gpu on a GPU). On this CPU
+machine the GPUs are simulated (DISENTANGLE_SIMULATE_GPUS=N: the placement is computed and recorded, training runs on
+the CPU); the sweeps are real Hydra multiruns in joblib worker processes."""
 from __future__ import annotations
 
 import json
@@ -85,6 +85,34 @@ def test_a_gpu_node_sweep_places_job_i_on_gpu_i_mod_n_with_n_times_runs_per_gpu_
         assert full["step"] == 2 and full["precision"] == "32-true"  # trained, on the CPU
         if n_jobs > 1 and "OMP_NUM_THREADS" not in os.environ:  # joblib caps a worker's threads at cores // n_jobs
             assert record["torch_threads"] == max(1, joblib.cpu_count() // n_jobs)
+
+
+def max_jobs_per_gpu(sweep_dir) -> dict[str, int]:
+    """The most jobs that ran at once on each GPU, from each job's placement time and the time its metrics.json was
+    written (its end)."""
+    spans = []
+    for metrics in sweep_dir.glob("*/metrics.json"):
+        record = json.loads(metrics.read_text())["runtime"]
+        spans.append((record["device"], record["placed_at"], metrics.stat().st_mtime))
+    most: dict[str, int] = {}
+    for device, start, _ in spans:
+        at_once = sum(1 for d, s, e in spans if d == device and s <= start < e)
+        most[device] = max(most.get(device, 0), at_once)
+    return most
+
+
+def test_jobs_of_unequal_length_never_put_more_than_runs_per_gpu_on_a_gpu(tmp_path):
+    """Issue 30 item 3: job 0 is long, jobs 1-3 short, 2 GPUs x 1 run. Under the old "job i on GPU i mod N" job 2 went
+    to GPU 0 while job 0 still ran there (2 jobs on it, GPU 1 idle); a job now takes a free slot."""
+    res = run_cli("-m", *TINY, "hydra/launcher=gpu_node", "runs_per_gpu=1", "trainer.max_steps=400,2,2,2",
+                  f"hydra.sweep.dir={tmp_path}", env={SIMULATE_VARIABLE: "2"}, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "4 of 4 jobs succeeded" in res.stdout
+    devices = {int(p.name.split("_")[0]): json.loads((p / "metrics.json").read_text())["runtime"]["device"]
+               for p in tmp_path.glob("*_ae_shapes2d")}
+    assert devices[0] == "cuda:0" and devices[1] == "cuda:1"
+    assert devices[2] == "cuda:1", devices  # GPU 0 was still busy with job 0
+    assert max(max_jobs_per_gpu(tmp_path).values()) == 1, max_jobs_per_gpu(tmp_path)
 
 
 def test_bad_launcher_settings_stop_the_sweep_in_one_line_before_any_job(tmp_path):

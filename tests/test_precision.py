@@ -181,7 +181,7 @@ def test_a_quickstarts_first_logged_terms_under_bf16_mixed_are_close_to_float32s
         logged[precision] = _logged(out)
         record = json.loads((out / "metrics.json").read_text())
         assert record["precision"] == precision
-        ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)
+        ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
         assert ckpt["disentangle_config"]["trainer"]["precision"] == precision
     fp32, bf16 = logged["32-true"], logged[BF16]
     assert len(fp32) == len(bf16) == 3

@@ -59,7 +59,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(model, tmp_path):
     proc = _start([*args, f"hydra.run.dir={killed_dir}"])
     _kill_after_first_checkpoint(proc, killed_dir)
     assert proc.returncode == -signal.SIGKILL and not (killed_dir / "metrics.json").exists()
-    killed_at = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"]
+    killed_at = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert 0 < killed_at < 40
 
     res = run_cli(f"resume={killed_dir}")  # the run's own overrides and directory
@@ -70,8 +70,8 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(model, tmp_path):
     for key, value in full.items():
         if isinstance(value, float) and key != "eval_seconds":
             assert resumed[key] == pytest.approx(value, abs=1e-6), key
-    a = torch.load(full_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
-    b = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    a = torch.load(full_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    b = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     assert max((a[k].double() - b[k].double()).abs().max().item() for k in a) <= 1e-6
     # logs: every step once, none missing
     history = lambda d: [json.loads(x)["step"] for x in (d / "metrics_history.jsonl").read_text().splitlines()]
@@ -96,7 +96,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_last_ckpt_loadable(tmp_path):
         time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    kept = torch.load(path, weights_only=False)
+    kept = torch.load(path, weights_only=True)
     assert kept["global_step"] == 1 and torch.equal(kept["weights"], torch.arange(10.0))
 
 
@@ -165,8 +165,8 @@ def test_two_process_ddp_training_equals_one_process_on_the_same_global_batches(
     train(compose_config(args, output_dir=tmp_path / "one"))
     res = run_cli(*args, "trainer=ddp", "trainer.devices=2", f"hydra.run.dir={tmp_path / 'two'}", timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    one = torch.load(tmp_path / "one" / "checkpoints" / "last.ckpt", weights_only=False)
-    two = torch.load(tmp_path / "two" / "checkpoints" / "last.ckpt", weights_only=False)
+    one = torch.load(tmp_path / "one" / "checkpoints" / "last.ckpt", weights_only=True)
+    two = torch.load(tmp_path / "two" / "checkpoints" / "last.ckpt", weights_only=True)
     assert one["global_step"] == two["global_step"] == 4
     diff = max((one["state_dict"][k].double() - two["state_dict"][k].double()).abs().max().item()
                for k in one["state_dict"])

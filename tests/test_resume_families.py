@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONF, FAST, MODELS, ROOT, compose_config
+from conftest import CONF, FAST, ROOT, compose_config
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from disentangle.families import FAMILIES, Family, family_of
 from disentangle.run import train
-
-EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-
 
 # short runs on tiny networks: killed after the first checkpoint (step 4), resumed to step 16
 SHORT = [o for o in FAST if not o.startswith(("trainer.max_steps", "callbacks.checkpoint", "callbacks.evaluation.every",
@@ -48,8 +48,15 @@ def _short_run(family: Family) -> list[str]:
 REPRESENTATIVES: dict[Family, list[str]] = {family: [*_short_run(family), *choice] for family, choice in FAMILIES.items()}
 
 
-def _family_of_config(overrides: list[str]) -> Family:
-    cfg = compose_config(overrides)
+def _compose(overrides: list[str], conf_dir: Path = CONF):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        return compose("train", overrides=[*overrides, "paths.output_dir=/tmp/unused"])
+
+
+def _family_of(cfg) -> Family:
+    """The family of ``cfg``'s model, from the instantiated model (class, latent module, updates per step, labelled
+    stream, encoder-only)."""
     try:
         model = instantiate(cfg.model, in_channels=3, resolution=64, dataset_size=1000)
     except (InstantiationException, ValueError, TypeError):  # non-image data (Cliff's 2-D points): its shape
@@ -58,30 +65,67 @@ def _family_of_config(overrides: list[str]) -> Family:
     return family_of(model)
 
 
-def test_every_family_of_the_configs_has_a_representative():
+def _family_of_config(overrides: list[str], conf_dir: Path = CONF) -> Family:
+    return _family_of(_compose(overrides, conf_dir))
+
+
+def families_found(conf_dir: Path = CONF, with_models: bool = True) -> dict[Family, list[str]]:
+    """Family -> the configurations that give it: every model config, every experiment as it is (with the model it
+    brings or the default one), and (``with_models``) every experiment with every model, a combination the configs
+    refuse in one line left out. Nothing is read from the files' text: each family comes from a built model (an
+    experiment that leaves a model's config as it is gives that model's family without building it again)."""
+    models = sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
+    experiments = sorted(p.stem for p in (conf_dir / "experiment").glob("*.yaml"))
     found: dict[Family, list[str]] = {}
-    for name in MODELS:
-        found.setdefault(_family_of_config([f"model={name}", "model/arch=small"] if "balls" not in name
-                                           else [f"model={name}", "data=balls"]), []).append(f"model={name}")
-    for name in EXPERIMENTS:
-        text = (CONF / "experiment" / f"{name}.yaml").read_text()
-        if "override /model:" in text:  # it brings its model
-            found.setdefault(_family_of_config([f"experiment={name}"]), []).append(f"experiment={name}")
-            continue
-        if "/regularizer" not in text:  # no regularizer added: every model keeps its family
-            continue
-        for model in MODELS:  # a regularizer it adds may change any model's family
-            if "balls" in model:
+    plain: dict[str, tuple] = {}  # model -> (its config as composed alone, its family)
+    for name in models:
+        cfg = _compose([f"model={name}", "model/arch=small"] if "balls" not in name
+                       else [f"model={name}", "data=balls"], conf_dir)
+        family = _family_of(cfg)
+        plain[name] = (OmegaConf.to_container(cfg.model), family)
+        found.setdefault(family, []).append(f"model={name}")
+    for name in experiments:
+        try:  # as it is: the model it brings, or the default one (which it may refuse: then only with models)
+            found.setdefault(_family_of_config([f"experiment={name}"], conf_dir), []).append(f"experiment={name}")
+        except (InstantiationException, ValueError, TypeError):
+            pass
+        for model in models if with_models else ():
+            if "balls" in model:  # Lachapelle et al.'s networks need the balls images
                 continue
             try:
-                family = _family_of_config([f"experiment={name}", f"model={model}", "model/arch=small"])
-            except (InstantiationException, ValueError):  # a combination the configs refuse (one line)
+                cfg = _compose([f"experiment={name}", f"model={model}", "model/arch=small"], conf_dir)
+                same = OmegaConf.to_container(cfg.model) == plain[model][0]
+                family = plain[model][1] if same else _family_of(cfg)
+            except (InstantiationException, ValueError, TypeError):  # a combination the configs refuse
                 continue
             found.setdefault(family, []).append(f"experiment={name} model={model}")
-    missing = {family: configs for family, configs in found.items() if family not in REPRESENTATIVES}
+    return found
+
+
+def _missing(found: dict[Family, list[str]]) -> dict[Family, list[str]]:
+    return {family: configs for family, configs in found.items() if family not in REPRESENTATIVES}
+
+
+def test_every_family_of_the_configs_has_a_representative():
+    missing = _missing(families_found())
     assert not missing, f"model families without a kill-and-resume representative: {missing}"
     for family, overrides in REPRESENTATIVES.items():  # each representative is what it claims to be
         assert _family_of_config(overrides) == family, overrides
+
+
+def test_a_new_family_in_an_experiment_fails_the_enumeration_naming_itself(tmp_path):
+    """The counterexample of issue 30: an experiment inheriting cliff2d with a Gaussian latent is a new family
+    (encoder-only, Gaussian) that text matching missed; composing it finds it."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "experiment" / "cliff2d_gaussian.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - cliff2d\n  - override /model/latent: gaussian\n  - _self_\n")
+    missing = _missing(families_found(conf, with_models=False))
+    assert list(missing.values()) == [["experiment=cliff2d_gaussian"]], missing
+    family = next(iter(missing))
+    assert (family.latent, family.encoder_only) == ("GaussianLatent", True)
 
 
 class KillAfterFirstCheckpoint(threading.Thread):
@@ -123,7 +167,7 @@ def test_each_family_killed_and_resumed_ends_where_the_uninterrupted_run_does(fa
     train(compose_config(args, output_dir=full))  # meanwhile, its uninterrupted twin here
     assert watcher.result() == -signal.SIGKILL
     assert not (killed / "metrics.json").exists()
-    killed_at = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=False)["global_step"]
+    killed_at = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert 0 < killed_at < 16, killed_at
     train(compose_config([*args, "auto_resume=true"], output_dir=killed))  # what a relaunched sweep job does
     expected = json.loads((full / "metrics.json").read_text())

@@ -60,7 +60,7 @@ def test_training_reduces_the_loss_and_updates_parameters(tmp_path):
 def test_checkpoint_stores_the_composed_config(tmp_path):
     cfg = compose_config(FAST + ["model=tripod", "data=shapes2d"], output_dir=tmp_path)
     train(cfg)
-    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["disentangle_config"]["model"]["name"] == "tripod"
     assert ckpt["global_step"] == 4
 
@@ -177,7 +177,7 @@ def test_nan_loss_stops_the_run_naming_term_and_step_and_keeps_no_later_checkpoi
         train(cfg)
     last = tmp_path / "checkpoints" / "last.ckpt"
     if last.exists():  # only a checkpoint from before the non-finite step may exist
-        ckpt = torch.load(last, map_location="cpu", weights_only=False)
+        ckpt = torch.load(last, map_location="cpu", weights_only=True)
         assert ckpt["global_step"] <= 1
         assert all(torch.isfinite(v).all() for v in ckpt["state_dict"].values() if v.is_floating_point())
     assert not (tmp_path / "metrics.json").exists()
@@ -319,7 +319,7 @@ def test_evaluation_sees_mu_for_gaussians_and_code_indices_for_vq(tmp_path):
     record = json.loads((tmp_path / "vae" / "metrics.json").read_text())
     assert record["discrete_latents"] is False
     model = job.model
-    ckpt = torch.load(tmp_path / "vae" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(tmp_path / "vae" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     model.load_state_dict(ckpt["state_dict"])
     model.eval()
     images, _ = job.datamodule.gather(job.datamodule.eval_indices()[:5])

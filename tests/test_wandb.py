@@ -67,7 +67,7 @@ def test_a_killed_sweep_job_resumes_into_its_wandb_run_with_every_evaluation_onc
     proc = _train(*SWEEP, f"hydra.sweep.dir={killed}")
     ckpt = killed / JOB / "checkpoints" / "last.ckpt"
     deadline = time.monotonic() + 240
-    while not (ckpt.exists() and torch.load(ckpt, weights_only=False)["global_step"] >= 8):
+    while not (ckpt.exists() and torch.load(ckpt, weights_only=True)["global_step"] >= 8):
         assert proc.poll() is None, f"the run ended before the kill: {proc.stderr.read()[-2000:]}"
         assert time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(0.05)
