@@ -103,16 +103,16 @@ def max_jobs_per_gpu(sweep_dir) -> dict[str, int]:
 
 def test_jobs_of_unequal_length_never_put_more_than_runs_per_gpu_on_a_gpu(tmp_path):
     """Issue 30 item 3: job 0 is long, jobs 1-3 short, 2 GPUs x 1 run. Under the old "job i on GPU i mod N" job 2 went
-    to GPU 0 while job 0 still ran there (2 jobs on it, GPU 1 idle); a job now takes a free slot."""
+    to GPU 0 while job 0 still ran there (2 jobs on it, GPU 1 idle); a job now takes a free slot. Which job lands
+    where depends on when each worker starts; the bound holds whatever the order."""
     res = run_cli("-m", *TINY, "hydra/launcher=gpu_node", "runs_per_gpu=1", "trainer.max_steps=400,2,2,2",
                   f"hydra.sweep.dir={tmp_path}", env={SIMULATE_VARIABLE: "2"}, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "4 of 4 jobs succeeded" in res.stdout
     devices = {int(p.name.split("_")[0]): json.loads((p / "metrics.json").read_text())["runtime"]["device"]
                for p in tmp_path.glob("*_ae_shapes2d")}
-    assert devices[0] == "cuda:0" and devices[1] == "cuda:1"
-    assert devices[2] == "cuda:1", devices  # GPU 0 was still busy with job 0
-    assert max(max_jobs_per_gpu(tmp_path).values()) == 1, max_jobs_per_gpu(tmp_path)
+    assert len(devices) == 4 and set(devices.values()) == {"cuda:0", "cuda:1"}, devices
+    assert max(max_jobs_per_gpu(tmp_path).values()) == 1, (devices, max_jobs_per_gpu(tmp_path))
 
 
 def test_bad_launcher_settings_stop_the_sweep_in_one_line_before_any_job(tmp_path):
