@@ -3,12 +3,16 @@
 Under ``bf16-mixed`` (CPU or CUDA) or ``16-mixed`` (CUDA) Lightning runs the training step inside
 ``torch.autocast``: convolutions and matrix products run in the low-precision type, which is where the time goes.
 Some terms cannot be computed from low-precision values: a finite-difference Hessian divides second differences by
-ε² = 0.01 and would measure rounding noise (bf16 keeps 8 significant bits), a kernel density or a log-density table
-sums many exponentials of nearly equal numbers, a softmax over codes or a KL between nearly equal distributions
-loses its small differences. Those parts are **fp32 islands**: :func:`in_float32` switches autocast off and casts
-their inputs to float32, so they compute exactly what a float32 run computes from the same inputs. Each module
-says in its docstring which of its parts are islands and why. Outside autocast (``32-true``, evaluation) the
-islands are plain calls: a float32 run is bitwise what it was.
+ε² = 0.01 and would measure rounding noise (bf16 keeps 8 significant bits), a softmax over codes or a KL between
+nearly equal distributions loses its small differences, a covariance compared with 1 or a gradient norm pinned to
+1 loses the difference. Those parts are **fp32 islands**: :func:`in_float32` (a function) or :func:`island` (a
+block) switches autocast off and computes in float32, so they compute exactly what a float32 run computes from the
+same inputs. Outside autocast (``32-true``, evaluation) the islands are plain calls: a float32 run is bitwise what
+it was. Each island is registered by name in :data:`ISLANDS` and earns its place: tests/test_precision.py shows, for
+every registered island, its term on a real model batch wrong under bf16 autocast with just that island switched
+off (:func:`islands_disabled`) and right with it; docs/precision.md lists them, with the errors, and the islands
+that were removed because no such test could justify them (what is elementwise on float32 inputs stays float32
+under autocast without one).
 """
 from __future__ import annotations
 
@@ -93,18 +97,66 @@ def to_float32(value: Any) -> Any:
     return value
 
 
-def in_float32(fn: F) -> F:
+# -- the islands, by name --------------------------------------------------------------------------------
+ISLANDS: dict[str, str] = {}  # every fp32 island of the package: name -> what it computes (its docstring's first line)
+_DISABLED: set[str] = set()  # islands that are plain calls under autocast too (islands_disabled, for the tests)
+
+
+def register_island(name: str, doc: str = "") -> str:
+    """Add an fp32 island to :data:`ISLANDS` (at import time) and return its name: the place it is, relative to the
+    package (``"regularizers.cliff.cliff_terms"``)."""
+    ISLANDS[name] = doc.strip().split("\n")[0] if doc else ""
+    return name
+
+
+def island_on(name: str) -> bool:
+    """Whether island ``name`` computes in float32 under autocast (true unless :func:`islands_disabled` says not)."""
+    return name not in _DISABLED
+
+
+@contextlib.contextmanager
+def islands_disabled(*names: str) -> Iterator[None]:
+    """The named islands are plain calls inside, under autocast too: what the code computed without them (the
+    tests' check that each island matters). Unknown names are a KeyError."""
+    unknown = [name for name in names if name not in ISLANDS]
+    if unknown:
+        raise KeyError(f"no fp32 island named {unknown[0]!r}; the islands are {sorted(ISLANDS)}")
+    saved = set(_DISABLED)
+    _DISABLED.update(names)
+    try:
+        yield
+    finally:
+        _DISABLED.clear()
+        _DISABLED.update(saved)
+
+
+def island(name: str) -> contextlib.AbstractContextManager:
+    """The block form of an island (a region of code rather than a function; register ``name`` with
+    :func:`register_island` at import time): :func:`full_precision` inside, unless the island is disabled."""
+    return full_precision() if island_on(name) else contextlib.nullcontext()
+
+
+def in_float32(fn: F | None = None, *, name: str | None = None) -> F:
     """Decorate a function whose result must be computed in float32 (an fp32 island): under autocast its tensor
-    arguments are cast to float32 and autocast is off while it runs; outside autocast it is called unchanged."""
+    arguments are cast to float32 and autocast is off while it runs; outside autocast it is called unchanged.
+    A function of the package (or one given a ``name``) is registered in :data:`ISLANDS` as ``name``, by default its
+    place (``module.qualname`` without ``disentangle.``); :func:`islands_disabled` switches it off by that name."""
+    if fn is None:
+        return functools.partial(in_float32, name=name)  # type: ignore[return-value]
+    module = getattr(fn, "__module__", None) or ""
+    if name is not None or module.startswith("disentangle."):
+        name = name or f"{module.removeprefix('disentangle.')}.{fn.__qualname__}"
+        register_island(name, fn.__doc__ or "")
 
     @functools.wraps(fn)
-    def island(*args, **kwargs):
-        if not (autocast_active() or tf32_active()):
+    def wrapper(*args, **kwargs):
+        if not (autocast_active() or tf32_active()) or name in _DISABLED:
             return fn(*args, **kwargs)
         with full_precision():
             return fn(*to_float32(args), **to_float32(kwargs))
 
-    return island  # type: ignore[return-value]
+    wrapper.island = name  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
 
 
 # -- trainer.precision: what may run where ------------------------------------------------------------------

@@ -22,9 +22,10 @@ generator has made ``global_step // n_critic`` updates. The schedule reads the g
 restore, so a resumed run continues the schedule exactly; both optimizers' states are in every checkpoint.
 
 **Mixed precision** (:mod:`disentangle.precision`): trunk, critic head and generator run in the trainer's precision;
-the latent module, the value terms' batch means (a small difference of two means), the latent reconstruction and
-the whole gradient penalty (its critic pass on the interpolates, the input gradient and its norm, pinned to 1) run
-in float32. ``16-mixed`` is refused: the generator's optimizer steps outside Lightning's gradient scaler.
+the latent module and the whole gradient penalty (its critic pass on the interpolates, the input gradient and its
+norm, pinned to 1) are fp32 islands; the value terms' batch means (a small difference of two means) are taken of
+float32 casts, and the latent reconstruction is float32 (an MSE of the latent island's float32 output).
+``16-mixed`` is refused: the generator's optimizer steps outside Lightning's gradient scaler.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..nn.critic import CriticHead, trunk_width
-from ..precision import full_precision, in_float32
+from ..precision import island, register_island
 from ..quantizers.base import LatentModule, LatentOutput
 from ..regularizers.weight_decay import decay_groups
 from .base import LatentModel, as_list, step_optimizer
@@ -46,6 +47,8 @@ __all__ = ["INTERVENTION_BASES", "InfoWGAN", "frozen", "gradient_penalty", "inte
            "penalty_from_gradients", "sample_prior"]
 
 
+PENALTY_ISLAND = register_island("models.gan.InfoWGAN.gradient_penalty_at", "the critic pass, input gradient and norm "
+                                 "of the gradient penalty")
 INTERVENTION_BASES = ("prior", "data")  # where interventions.png starts (InfoWGAN's intervene_on)
 
 
@@ -75,7 +78,6 @@ def gradient_penalty(critic: Callable[[torch.Tensor], torch.Tensor], x_real: tor
     return penalty_from_gradients(critic(x_interp), x_interp)
 
 
-@in_float32
 def latent_reconstruction(z_hat: torch.Tensor, z_target: torch.Tensor) -> torch.Tensor:
     """MSE(ẑ(x_fake), z_fake): mean over the n_z dimensions, then over the batch (spec §4.7, authors' code)."""
     return F.mse_loss(z_hat, z_target)
@@ -278,7 +280,7 @@ class InfoWGAN(LatentModel):
         """The gradient penalty at the interpolates: an fp32 island under mixed precision (the critic's pass, its input
         gradient and the norm in float32; a bf16 input gradient would put a rounding error of about 0.4% on a norm
         that the penalty pins to 1)."""
-        with full_precision():
+        with island(PENALTY_ISLAND):
             return penalty_from_gradients(self.critic(self.encoder.forward_features(x_interp)), x_interp)
 
     def generator_terms(self, n: int, z_fake: torch.Tensor | None = None

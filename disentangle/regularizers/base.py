@@ -8,7 +8,6 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from ..precision import in_float32
 from ..quantizers.base import LatentOutput, LatentSpec, check_weight
 
 
@@ -100,7 +99,6 @@ class Regularizer(nn.Module):
         raise NotImplementedError
 
 
-@in_float32
 def batch_std(z: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Population std over the batch plus eps, with gradients (Tripod authors' code, spec §3.2)."""
     return z.std(0, unbiased=False) + eps

@@ -1,17 +1,16 @@
 """BioAE's biological constraints on the latent (Whittington et al. 2023; spec qlae.md §4.5).
 
-Mixed precision (:mod:`disentangle.precision`): the constraints run in float32 (loss reductions).
+Mixed precision (:mod:`disentangle.precision`): the constraints run in float32 (elementwise reductions of the latent
+island's float32 z; no island of their own).
 """
 from __future__ import annotations
 
 import torch
 
-from ..precision import in_float32
 from ..quantizers.base import check_weight
 from .base import Regularizer, StepContext
 
 
-@in_float32
 def biological_constraints(z: torch.Tensor) -> dict[str, torch.Tensor]:
     """``nonneg`` = mean over batch and latents of max(-z, 0); ``activity`` = mean of z^2 (spec §4.5)."""
     return {"nonneg": torch.relu(-z).mean(), "activity": z.pow(2).mean()}

@@ -3,7 +3,7 @@ on a β-VAE (spec cliff.md §6.4; the hard Hausdorff estimator over latent pairs
 code).
 
 Mixed precision (:mod:`disentangle.precision`): ``hausdorff_factorized_support`` runs in float32 (minimum distances
-between recombined pairs).
+between recombined pairs) without an island: it is elementwise on the latent island's float32 output.
 """
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ import itertools
 
 import torch
 
-from ..precision import in_float32
 from ..quantizers.base import check_int
 from .base import Regularizer, StepContext
 from .cliff import bind_representation, check_representation, select_representation
 
 
-@in_float32
 def hausdorff_factorized_support(z: torch.Tensor, *, n_pairs: int = 25,
                                  generator: torch.Generator | None = None) -> torch.Tensor:
     """Σ over latent pairs (a, b) of max_{k, l} min_r ‖(z_ka, z_lb) - (z_ra, z_rb)‖², a scalar (spec §6.4).

@@ -2,7 +2,8 @@
 autoencoder (spec cliff.md §6.1; the estimator of facebookresearch/CausalRepID's IOSS autoencoder).
 
 Mixed precision (:mod:`disentangle.precision`): ``ioss`` runs in float32 (nearest-neighbour distances and a robust
-maximum of them; its KD-tree reads float32 arrays).
+maximum of them) without an island: it reads the latent island's float32 output and autocast keeps ``cdist`` in
+float32.
 """
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import numpy as np
 import torch
 from scipy.spatial import cKDTree
 
-from ..precision import in_float32
 from ..quantizers.base import check_int
 from .base import Regularizer, StepContext
 from .cliff import bind_representation, check_representation, select_representation
@@ -35,7 +35,6 @@ def _nearest(draws: torch.Tensor, points: torch.Tensor) -> tuple[torch.Tensor, t
     return distance, index
 
 
-@in_float32
 def ioss(z: torch.Tensor, *, n_pairs: int = 3, n_draws: int = 10000, robust_fraction: float = 0.01,
          generator: torch.Generator | None = None) -> torch.Tensor:
     """Σ over ``n_pairs`` random latent pairs of a robust one-sided Hausdorff distance between a uniform

@@ -1,8 +1,9 @@
 """Kernel-based latent multi-information (Tripod, eqs. 11–14 and Alg. 1 line 13; spec tripod.md §3.2).
 
-Mixed precision (:mod:`disentangle.precision`): the KDE runs in float32: its log-sum-exps compare kernels of nearly
-equal latents, and bf16 (8 significant bits) moved KLM from 6.27 to 6.50 at the quickstart's first step; so does the
-bandwidth (``batch_std``).
+Mixed precision (:mod:`disentangle.precision`): the KDE runs in float32 (its log-sum-exps compare kernels of nearly
+equal latents) without an island: it is elementwise on the latent island's float32 z, and so is its bandwidth
+(``batch_std``; from ``pre``, the encoder's bf16 output, the bandwidth is bf16-rounded, which moved KLM no more than
+the encoder's own rounding does).
 """
 from __future__ import annotations
 
@@ -10,14 +11,12 @@ import math
 
 import torch
 
-from ..precision import in_float32
 from ..quantizers.gaussian import gaussian_log_density
 from .base import Regularizer, StepContext, batch_std
 
 BANDWIDTH_SOURCES = ("continuous", "pre")
 
 
-@in_float32
 def kernel_multi_information(z: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Per-sample KDE estimate of log q(z) - sum_j log q(z_j) on a minibatch; returns shape (B,).
 

@@ -15,10 +15,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..precision import autocast_active, full_precision, tf32_active
+from ..precision import autocast_active, island, island_on, register_island, tf32_active
 from .base import Regularizer, StepContext, batch_std
 
 AGGREGATES = ("per_layer", "pooled")
+NHP_ISLAND = register_island("regularizers.nhp.NormalizedHessianPenalty.forward", "the perturbed and unperturbed "
+                             "decoder passes and the second differences")
 
 
 def normalized_hessian_penalty(
@@ -133,8 +135,8 @@ class NormalizedHessianPenalty(Regularizer):
             return ctx.decoder(z, return_activations=True, until=self.layers)[1]
 
         # under autocast or TF32 the main pass's activations are rounded: differenced, they would measure rounding
-        exact_base = autocast_active() or tf32_active()
-        with full_precision():  # a no-op outside autocast
+        exact_base = (autocast_active() or tf32_active()) and island_on(NHP_ISLAND)
+        with island(NHP_ISLAND):  # a no-op outside autocast
             penalty = normalized_hessian_penalty(
                 activations_at,
                 ctx.latent.z.float(),

@@ -1,8 +1,9 @@
 """Semi-supervised disentanglement: a few labelled examples supervise the first latents (categorical_vae.md §6,
 following Locatello et al. 2020 as disentanglement_lib implements it).
 
-Mixed precision (:mod:`disentangle.precision`): the supervised losses run in float32 (log-likelihoods of the labels;
-the labelled batch's encoder pass is the network's own, in the run's precision).
+Mixed precision (:mod:`disentangle.precision`): the supervised losses run in float32 without an island of their own
+(log-likelihoods of the labels from the latent island's float32 ``mu`` or logits; autocast keeps the cross-entropies
+in float32); the labelled batch's encoder pass is the network's own, in the run's precision.
 """
 from __future__ import annotations
 
@@ -12,28 +13,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..precision import in_float32
 from ..quantizers.categorical import factor_bins
 from .base import Regularizer, StepContext
 
 LOSSES = ("auto", "bce", "l2", "binned_ce")
 
 
-@in_float32
 def supervised_bce(mu: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Gaussian models, R_s = BCE (§6): sigmoid cross-entropy of the first d posterior means (as logits) against
     the labels scaled to [0, 1], summed over the batch and the factors."""
     return F.binary_cross_entropy_with_logits(mu, targets, reduction="sum")
 
 
-@in_float32
 def supervised_l2(mu: torch.Tensor, targets: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Gaussian models, R_s = L2 (§6): Σ (b·μ_j − y_j)² with a learned scalar b (disentanglement_lib's
     ``2·l2_loss`` with ``learn_scale=True``), summed over the batch and the factors."""
     return ((scale * mu - targets) ** 2).sum()
 
 
-@in_float32
 def binned_cross_entropy(logits: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     """Categorical models, Eq. 7: Σ_batch Σ_j CE(onehot(bin of y_j), softmax(ℓ_j)); ``logits`` (B, d, m), ``bins``
     (B, d) category indices."""

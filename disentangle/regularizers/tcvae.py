@@ -2,7 +2,8 @@
 minibatch-weighted-sampling estimator (Chen et al. 2018; spec qlae.md §4.4, tripod.md §9 item 1).
 
 Mixed precision (:mod:`disentangle.precision`): the B x B x n_z log-density table and its log-sum-exps run in
-float32 (MI, TC and DWKL are differences of nearly equal log-densities).
+float32 (MI, TC and DWKL are differences of nearly equal log-densities) without an island: they are elementwise
+on the latent island's float32 z, mu and sigma.
 """
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ import math
 
 import torch
 
-from ..precision import in_float32
 from ..quantizers.base import check_weight
 from ..quantizers.gaussian import gaussian_log_density
 from .base import Regularizer, StepContext
 
 
-@in_float32
 def tcvae_decomposition(
     z: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor, dataset_size: int
 ) -> dict[str, torch.Tensor]:
@@ -44,7 +43,6 @@ def tcvae_decomposition(
     return {"mi": log_qz_x - log_qz, "tc": log_qz - log_prod_qzk, "dwkl": log_prod_qzk - log_pz}
 
 
-@in_float32
 def dlib_total_correlation(z: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """disentanglement_lib's total-correlation estimate (``methods/unsupervised/vae.py: total_correlation``), the
     batch mean of log q(z_i) - sum_k log q(z_ik) with both densities estimated by a log-sum-exp over the batch and,
