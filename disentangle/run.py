@@ -79,6 +79,10 @@ def build(cfg: DictConfig) -> Job:
     if batch and trainer.world_size > 1 and batch % trainer.world_size:
         raise ConfigError(f"model.batch_size={batch} is the global batch (the paper's): it must divide evenly over "
                           f"the {trainer.world_size} processes (trainer.devices x trainer.num_nodes)")
+    parts = datamodule.batch_parts = model.batch_parts  # each rank's rows of every part of a batch (docs/runs.md)
+    if batch and trainer.world_size > 1 and parts > 1 and batch % (parts * trainer.world_size):
+        raise ConfigError(f"model.batch_size={batch} is the global batch, cut in {parts} (the model's half-batch and "
+                          f"the negatives' half): each part must divide evenly over the {trainer.world_size} processes")
     model.run_config = run_config
     model.runtime.update(precision)
     model.runtime.update(placement.record)  # where it ran (device, job, GPUs): in metrics.json

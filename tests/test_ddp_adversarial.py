@@ -1,7 +1,8 @@
 """Models with several updates per step under real multi-process data parallelism (gloo on CPU): the TC
 discriminator's models and the GANs train under ``trainer=ddp``, every network's gradients are averaged, so all
 processes end with the same weights and optimizer states; the discriminator's negatives are the single-process
-negatives of the global batch. KLM, NHP and Cliff (per-process batch statistics) train the same way."""
+negatives of the global batch (in training: tests/test_ddp_negatives.py). KLM, NHP and Cliff (per-process batch
+statistics) train the same way."""
 from __future__ import annotations
 
 import json
@@ -25,24 +26,23 @@ def _samples() -> torch.Tensor:
 def _negatives_on_rank(rank: int, world: int, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
-        torch.manual_seed(1234 + rank)  # the generators differ: only rank 0's draws may decide
-        if rank == 0:
-            torch.manual_seed(7)
+        torch.manual_seed(1234 + rank)  # the processes' global generators differ: they must not decide
         local = _samples().chunk(world)[rank]
-        torch.save(permute_across_processes(local, N_LATENTS), f"{out}.{rank}")
+        torch.save(permute_across_processes(local, N_LATENTS, torch.Generator().manual_seed(7)), f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 
 
 def test_two_processes_draw_the_negatives_one_process_draws_from_the_same_global_batch(tmp_path):
-    """"Same": the global batch is the ranks' slices in rank order, and rank 0's generator state equals the single
-    process's; then the concatenated per-rank negatives are exactly the single process's permuted batch."""
+    """"Same": the global batch is the ranks' slices in rank order, and every process's permutation generator is in
+    the single process's state; then the concatenated per-rank negatives are exactly the single process's permuted
+    batch (tests/test_ddp_negatives.py checks that training meets both conditions)."""
     out = str(tmp_path / "neg")
     mp.spawn(_negatives_on_rank, args=(2, f"file://{tmp_path / 'store'}", out), nprocs=2, join=True)
     two = torch.cat([torch.load(f"{out}.{r}") for r in range(2)])
-    torch.manual_seed(7)
-    one = permute_latents(_samples(), N_LATENTS)
+    one = permute_latents(_samples(), N_LATENTS, generator=torch.Generator().manual_seed(7))
     assert torch.equal(two, one)
+    assert torch.equal(permute_across_processes(_samples(), N_LATENTS, torch.Generator().manual_seed(7)), one)
     # each latent's block is a permutation of that latent's column block across the batch
     blocks = two.reshape(B, N_LATENTS, WIDTH)
     for j in range(N_LATENTS):

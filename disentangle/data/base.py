@@ -15,29 +15,35 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 
-def _rank_slice(batch_size: int) -> slice:
-    """This process's share of a global batch under data-parallel training: rank r of N takes rows
-    [r·B/N, (r+1)·B/N) (the data module checks that N divides B), so the N ranks together see exactly the batch a
-    single process would."""
+def _rank_slice(batch_size: int, parts: int = 1) -> slice | torch.Tensor:
+    """This process's rows of a global batch of B under data-parallel training. The batch is cut into ``parts``
+    equal consecutive parts (2 for a model that cuts each batch in two, e.g. FactorVAE's positives and
+    second-half negatives) and rank r of N takes rows [r·P/N, (r+1)·P/N) of each part of P = B/parts rows (the data
+    module checks that parts·N divides B): with one part, rows [r·B/N, (r+1)·B/N). So the N ranks together see
+    exactly the batch a single process would, and the k-th parts of their batches, in rank order, make up the global
+    batch's k-th part."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return slice(0, batch_size)
     world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
-    share = batch_size // world
-    return slice(rank * share, (rank + 1) * share)
+    part = batch_size // parts
+    share = part // world
+    if parts == 1:
+        return slice(rank * share, (rank + 1) * share)
+    return torch.cat([torch.arange(k * part + rank * share, k * part + (rank + 1) * share) for k in range(parts)])
 
 
 class IndexStream(IterableDataset):
     """Endless stream of index batches: a fresh permutation per epoch, cut into global batches of ``batch_size``
-    (no replacement within an epoch); under data-parallel training each rank yields its slice of every global batch
-    (:func:`_rank_slice`). ``start`` batches are skipped (a resumed run continues the stream where its checkpoint
-    left it)."""
+    (no replacement within an epoch); under data-parallel training each rank yields its rows of every global batch
+    (:func:`_rank_slice`, the batch cut into ``parts``). ``start`` batches are skipped (a resumed run continues the
+    stream where its checkpoint left it)."""
 
-    def __init__(self, n: int, batch_size: int, seed: int, start: int = 0):
-        self.n, self.batch_size, self.seed, self.start = n, batch_size, seed, int(start)
+    def __init__(self, n: int, batch_size: int, seed: int, start: int = 0, parts: int = 1):
+        self.n, self.batch_size, self.seed, self.start, self.parts = n, batch_size, seed, int(start), int(parts)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed * 100_003)
-        mine = _rank_slice(self.batch_size)
+        mine = _rank_slice(self.batch_size, self.parts)
         per_epoch = max(1, len(range(0, self.n - self.batch_size + 1, self.batch_size)))
         skip_epochs, skip = divmod(self.start, per_epoch)
         for _ in range(skip_epochs):  # whole epochs: one permutation each keeps the generator in step
@@ -57,7 +63,7 @@ class UniformFactorStream(IterableDataset):
     ``factors``: the (N, n_factors) class table of the dataset; every combination of factor values must occur."""
 
     def __init__(self, factors: torch.Tensor, factor_sizes: Sequence[int], batch_size: int, seed: int, name: str = "",
-                 start: int = 0):
+                 start: int = 0, parts: int = 1):
         sizes = torch.as_tensor([int(s) for s in factor_sizes], dtype=torch.long)
         # mixed-radix place values, C order: radix_i = prod(sizes[i + 1:])
         self.radix = torch.cat([sizes.flip(0).cumprod(0).flip(0)[1:], torch.ones(1, dtype=torch.long)])
@@ -71,10 +77,11 @@ class UniformFactorStream(IterableDataset):
                 f"has {present} of {total}"
             )
         self.sizes, self.batch_size, self.seed, self.start = sizes, int(batch_size), int(seed), int(start)
+        self.parts = int(parts)  # under data-parallel training: each rank's rows of a batch (:func:`_rank_slice`)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed * 100_003)
-        mine = _rank_slice(self.batch_size)
+        mine = _rank_slice(self.batch_size, self.parts)
         for _ in range(self.start):  # a resumed run: the same draws as the skipped batches, in the same shapes
             torch.rand(self.batch_size, len(self.sizes), generator=gen)
             torch.rand(self.batch_size, generator=gen)
@@ -113,6 +120,9 @@ class FactorDataModule(pl.LightningDataModule):
         self.eval_size = int(eval_size)
         self.eval_seed = int(eval_seed)
         self.seed = int(seed)
+        # into how many equal parts the model cuts each batch (its batch_parts, set by disentangle.run.build): under
+        # data-parallel training each rank takes its share of every part (:func:`_rank_slice`)
+        self.batch_parts = 1
         self.factor_names: tuple[str, ...] = ()
         self.factor_sizes: tuple[int, ...] = ()
         self.num_channels = 3
@@ -166,14 +176,18 @@ class FactorDataModule(pl.LightningDataModule):
         vectors with replacement (``"uniform_factors"``)."""
         start = self.batches_done()
         world = self.trainer.world_size if self.trainer is not None else 1
+        parts = self.batch_parts
         if self.batch_size % world:
             raise ValueError(f"model.batch_size={self.batch_size} is the global batch: it must divide evenly over the "
                              f"{world} processes (trainer.devices x trainer.num_nodes)")
+        if self.batch_size % (world * parts):
+            raise ValueError(f"model.batch_size={self.batch_size} is the global batch, which the model cuts in "
+                             f"{parts}: each part must divide evenly over the {world} processes")
         if self.sampling == "uniform_factors":
             stream = UniformFactorStream(self.factor_table(), self.factor_sizes, self.batch_size, self.seed, self.name,
-                                         start=start)
+                                         start=start, parts=parts)
         else:
-            stream = IndexStream(self.num_samples, self.batch_size, self.seed, start=start)
+            stream = IndexStream(self.num_samples, self.batch_size, self.seed, start=start, parts=parts)
         return DataLoader(stream, batch_size=None, num_workers=0)
 
     def batches_done(self) -> int:

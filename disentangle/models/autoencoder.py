@@ -11,8 +11,9 @@ model (FactorVAE's discriminator); Lightning still saves and restores every opti
 global step counts batches.
 
 Mixed precision (:mod:`disentangle.precision`): encoder and decoder run in the trainer's precision; the latent
-module (``run_latent``), the reconstruction losses (a sum over thousands of pixels) and every regularizer's
-sensitive terms run in float32, and so does the weighted total.
+module (``run_latent``) is an fp32 island; the reconstruction losses run in float32 because autocast computes
+``binary_cross_entropy_with_logits`` and ``mse_loss`` in float32 (the islands they had changed nothing); the
+regularizers' islands are listed in docs/precision.md. The weighted total is float32.
 """
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, NonFiniteLossError
-from ..precision import in_float32
 from ..quantizers.base import LatentModule
 from ..regularizers.base import Regularizer, StepContext
 from ..regularizers.weight_decay import decay_groups
@@ -34,21 +34,18 @@ __all__ = ["RECONSTRUCTIONS", "Autoencoder", "NonFiniteLossError", "bce_reconstr
            "summed_bce_reconstruction"]
 
 
-@in_float32
 def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Per-pixel mean sigmoid BCE against real-valued targets in [0, 1], averaged over the batch
     (QLAE eq. 2 and Tripod Alg. 1 as implemented by the authors; spec qlae.md §4)."""
     return F.binary_cross_entropy_with_logits(logits, x, reduction="mean")
 
 
-@in_float32
 def summed_bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Bernoulli negative log-likelihood: sigmoid BCE summed over pixels and channels, averaged over the batch
     (Friede et al.'s code; categorical_vae.md §3.5)."""
     return F.binary_cross_entropy_with_logits(logits, x, reduction="sum") / x.shape[0]
 
 
-@in_float32
 def mse_reconstruction(output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Per-element mean squared error of the decoder output against the image centred to [-0.5, 0.5]
     (FactorQVAE authors' code; spec factorqvae.md §5, A4)."""
@@ -131,6 +128,13 @@ class Autoencoder(LatentModel):
                 f"model.batch_size={self.batch_size} must be even: a regularizer takes its negatives from the second "
                 f"half of each batch"
             )
+
+    @property
+    def batch_parts(self) -> int:
+        """Into how many equal parts :meth:`optimization_step` cuts each batch: 2 when a regularizer takes a second
+        half-batch. Under data-parallel training the data module then gives every rank its share of each half, so
+        the ranks' halves, in rank order, are the global batch's halves (docs/runs.md)."""
+        return 2 if self.split_batch else 1
 
     @property
     def adversaries(self) -> list[Regularizer]:

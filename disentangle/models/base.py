@@ -45,11 +45,12 @@ from torch import nn
 from ..checks import check_one_of
 from ..errors import ConfigError, NonFiniteLossError
 from ..nn.init import initialize
-from ..precision import autocast_active, full_precision, tf32_active
+from ..precision import autocast_active, full_precision, island_on, register_island, tf32_active
 from ..quantizers.base import LatentModule, LatentOutput, LatentSpec
 from ..schedules import build_scheduler
 
 RECONSTRUCTIONS = ("bce", "bce_sum", "mse")
+LATENT_ISLAND = register_island("models.base.LatentModel.run_latent", "the latent module on the encoder's output")
 
 
 @runtime_checkable
@@ -185,7 +186,7 @@ class LatentModel(pl.LightningModule):
         (:mod:`disentangle.precision`): quantizer distances and commitment terms, Gaussian sampling and KL, Gumbel and
         categorical softmaxes and their KLs are all computed in float32, from the encoder output cast to float32 (a
         grid value or a codebook row rounded to bf16 would no longer be a code)."""
-        if not (autocast_active() or tf32_active()):
+        if not (autocast_active() or tf32_active()) or not island_on(LATENT_ISLAND):
             return self.latent(pre)
         with full_precision():  # not in_float32(self.latent): wrapping a module per call would copy its __dict__
             return self.latent(pre.float())
@@ -262,6 +263,12 @@ class LatentModel(pl.LightningModule):
     def updates_per_step(self) -> int:
         """Backward passes (optimizer updates) per training step: more than one (an adversary, the GANs) makes
         data-parallel training detect the parameters each pass leaves unused (``disentangle.run.build``)."""
+        return 1
+
+    @property
+    def batch_parts(self) -> int:
+        """Into how many equal parts a training step cuts each batch: 1 (a model that takes a second half-batch
+        says 2; under data-parallel training the data module then gives each rank its share of each part)."""
         return 1
 
     @property

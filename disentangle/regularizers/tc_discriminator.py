@@ -1,20 +1,20 @@
 """Total correlation by the density-ratio trick with an adversarial discriminator (FactorVAE, Kim & Mnih 2018;
 FactorQVAE spec factorqvae.md §3.3, §5, §6; Friede et al.'s variant: categorical_vae.md §5).
 
-Mixed precision (:mod:`disentangle.precision`): the discriminator's hidden layers run in the run's precision; its
-last linear map, the logit difference (the TC estimate) and its cross-entropy run in float32: the TC term is a small
-difference of two large logits.
+Mixed precision (:mod:`disentangle.precision`): the discriminator runs in the run's precision, its last layer too
+(an fp32 island there changed the TC term no more than the hidden layers' own bf16 rounding does, and its gradient
+not at all: docs/precision.md); autocast computes its cross-entropy in float32.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..nn.init import INITS, initialize
-from ..precision import in_float32
 from ..quantizers.base import check_int
 from ..schedules import build_scheduler
 from .base import Regularizer, StepContext
@@ -36,25 +36,25 @@ def permute_latents(samples: torch.Tensor, n_latents: int, generator: torch.Gene
     return torch.gather(blocks, 0, index).reshape(samples.shape)
 
 
-def permute_across_processes(samples: torch.Tensor, n_latents: int) -> torch.Tensor:
+def permute_across_processes(samples: torch.Tensor, n_latents: int, generator: torch.Generator) -> torch.Tensor:
     """:func:`permute_latents` of the *global* batch under data-parallel training, this process's rows of it.
 
     Each of N processes holds its slice (rows [r·B/N, (r+1)·B/N)) of the global batch of B samples. The slices are
-    gathered in rank order, rank 0 draws the permutation exactly as a single process would (the same ``torch.rand``
-    call on the same (n_latents, B) shape, from its global generator) and broadcasts it, and every process keeps its
-    slice of the permuted batch. So N processes form the negatives one process forms from the same B samples and
-    the same generator state: a negative row may combine latents of samples held by other processes. With one
-    process this is :func:`permute_latents` itself."""
+    gathered in rank order, every process draws the permutations from ``generator`` (a CPU generator, in the same
+    state on every process; the draws are then moved to the samples' device, so CPU and GPU runs permute alike) on
+    the global (n_latents, B) shape, and keeps its slice of the permuted batch. So N processes form exactly the
+    negatives one process forms from the same B samples and the same generator state: a negative row may combine
+    latents of samples held by other processes. With one process this is :func:`permute_latents` itself."""
     dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return permute_latents(samples, n_latents)
-    world, rank = dist.get_world_size(), dist.get_rank()
-    parts = [torch.empty_like(samples) for _ in range(world)]
-    dist.all_gather(parts, samples.contiguous())
-    full = torch.cat(parts)
-    draws = torch.rand(n_latents, full.shape[0], device=full.device)  # every rank draws: generators stay in step
-    dist.broadcast(draws, src=0)
-    return permute_latents(full, n_latents, draws=draws).chunk(world)[rank]
+    world, rank = 1, 0
+    full = samples
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        parts = [torch.empty_like(samples) for _ in range(world)]
+        dist.all_gather(parts, samples.contiguous())
+        full = torch.cat(parts)
+    draws = torch.rand(n_latents, full.shape[0], generator=generator)
+    return permute_latents(full, n_latents, draws=draws.to(full.device)).chunk(world)[rank]
 
 
 def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 5, negative_slope: float = 0.2,
@@ -73,29 +73,18 @@ def discriminator_net(in_features: int, hidden: int = 1000, layers: int = 5, neg
 
 def discriminator_logits(net: nn.Sequential, samples: torch.Tensor,
                          params: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
-    """D's two logits for ``samples``: the hidden layers under the caller's precision (bf16 under mixed precision),
-    the last linear map in float32 -- eqs. 6-7 read the small difference of the two logits, which bf16 outputs
-    (8 significant bits) would round away. ``params`` replaces D's parameters (``torch.func.functional_call``)."""
-    body, head = net[:-1], str(len(net) - 1)
+    """D's two logits for ``samples``, in the caller's precision (bf16 under mixed precision). ``params`` replaces D's
+    parameters (``torch.func.functional_call``)."""
     if params is None:
-        return _linear(body(samples), net[-1].weight, net[-1].bias)
-    hidden = torch.func.functional_call(body, {k: v for k, v in params.items() if not k.startswith(head + ".")},
-                                        (samples,))
-    return _linear(hidden, params[head + ".weight"], params[head + ".bias"])
+        return net(samples)
+    return torch.func.functional_call(net, dict(params), (samples,))
 
 
-@in_float32
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, weight, bias)
-
-
-@in_float32
 def tc_estimate(logits: torch.Tensor) -> torch.Tensor:
     """Per-sample log D(z) / (1 - D(z)) = logit_0 - logit_1 with D = softmax(logits)_0 (spec eqs. 6-7)."""
     return logits[:, 0] - logits[:, 1]
 
 
-@in_float32
 def discriminator_loss(joint_logits: torch.Tensor, permuted_logits: torch.Tensor) -> torch.Tensor:
     """0.5 (CE(D(z), 0) + CE(D(z_perm), 1)): the negative of the paper's eq. 8, which is to be maximised."""
     zeros = torch.zeros(joint_logits.shape[0], dtype=torch.long, device=joint_logits.device)
@@ -113,6 +102,8 @@ class AdversarialTotalCorrelation(Regularizer):
       ``negatives="second_batch"`` (FactorQVAE authors' code, Algorithm 1): the permuted samples come from a second
       half-batch encoded with the *updated* encoder; the model splits each loader batch in two for it;
       ``negatives="same_batch"`` (Friede et al., disentanglement_lib): permute the same batch's samples.
+    The permutations come from :meth:`permutation_generator`: seeded by the run's seed and the step only, so under
+    data-parallel training every process draws those one process would draw at that step (docs/runs.md).
     D: ``layers`` x Linear(hidden) + LeakyReLU(negative_slope), then Linear(2). Its optimizer (Adam, ``optimizer``
     = {lr, betas, eps}) and optional lr ``schedule`` are returned to Lightning with the model's, so checkpoints
     save and restore them. ``init``: D's initialisation (:mod:`disentangle.nn.init`).
@@ -152,6 +143,9 @@ class AdversarialTotalCorrelation(Regularizer):
         self.schedule = dict(schedule) if schedule else None
         self.discriminator: nn.Module | None = None
         self.n_latents = 0
+        # the run's seed: the regularizer is built after seeding, alike in every process (and again on a resume)
+        self.permutation_seed = torch.initial_seed()
+        self._drawn_at: tuple[int, int] | None = None  # (step, draws at that step) of the last permutation
 
     def bind(self, model) -> None:
         super().bind(model)
@@ -171,6 +165,16 @@ class AdversarialTotalCorrelation(Regularizer):
         opt = torch.optim.Adam(self.discriminator.parameters(), **self.optimizer_cfg)
         return opt, build_scheduler(opt, self.schedule, "discriminator schedule")
 
+    def permutation_generator(self, step: int) -> torch.Generator:
+        """The CPU generator of the negatives' permutations at global step ``step``, seeded from the run's seed and
+        the step alone: every process of a data-parallel run, a single process and a resumed run draw the same
+        permutations at the same step. A repeated call at the same step (no trainer counting steps, e.g. the
+        benchmark) gets a seed of its own."""
+        repeat = self._drawn_at[1] + 1 if self._drawn_at is not None and self._drawn_at[0] == step else 0
+        self._drawn_at = (step, repeat)
+        seed = np.random.SeedSequence((self.permutation_seed, int(step), repeat)).generate_state(1)[0]
+        return torch.Generator().manual_seed(int(seed))  # mt19937 reads 32 bits of its seed: one uint32 word
+
     def discriminator_step(self, model, ctx: StepContext, x_aux: torch.Tensor | None,
                            optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
         """One update of D on detached samples; returns its loss and accuracy for logging."""
@@ -180,7 +184,7 @@ class AdversarialTotalCorrelation(Regularizer):
                 source = model.encode(x_aux).sample
         else:
             source = joint
-        permuted = permute_across_processes(source, self.n_latents)
+        permuted = permute_across_processes(source, self.n_latents, self.permutation_generator(ctx.step))
         optimizer.zero_grad(set_to_none=True)
         joint_logits = discriminator_logits(self.discriminator, joint)
         permuted_logits = discriminator_logits(self.discriminator, permuted)
