@@ -40,9 +40,15 @@ def test_doctor_on_the_cpu_trains_families_in_both_precisions_and_names_what_it_
     concurrency = report["concurrency"]
     assert concurrency["status"] == "ok" and concurrency["device"] == "cpu"
     assert [lv["runs"] for lv in concurrency["levels"]] == [1, 2]
-    assert all(lv["total_steps_per_s"] > 0 and len(lv["per_run_steps_per_s"]) == lv["runs"]
-               for lv in concurrency["levels"])
-    assert concurrency["runs_per_gpu"] in (1, 2)
+    levels = {lv["runs"]: lv for lv in concurrency["levels"]}
+    for k, lv in levels.items():
+        assert lv["total_steps_per_s"] > 0 and len(lv["per_run_steps_per_s"]) == k
+        # the window runs from the first start to the last end, so no run is slower than its share of the total
+        assert min(lv["per_run_steps_per_s"]) >= lv["total_steps_per_s"] / k * (1 - 1e-9)
+        assert lv["vs_one_run"] == pytest.approx(lv["total_steps_per_s"] / levels[1]["total_steps_per_s"])
+    # the recommendation is the rule's on these measured throughputs (whichever level won here)
+    assert concurrency["runs_per_gpu"] == recommend_runs_per_gpu({k: lv["total_steps_per_s"]
+                                                                  for k, lv in levels.items()})
 
     skipped = " | ".join(s["check"] for s in report["skipped"])
     for part in ("families on CUDA", "GPU vs CPU evaluation", "2-process DDP", "timing", "families not selected"):
@@ -54,6 +60,13 @@ def test_doctor_on_the_cpu_trains_families_in_both_precisions_and_names_what_it_
     check = compare_evaluations(ckpt, ("cpu", "cpu"))
     assert check["status"] == "ok", check
     assert set(check["metrics"]) >= {"infom", "dci_d", "psnr"} and check["max_diff"] == 0
+    # each side is a real evaluation of the checkpoint's weights: the run's own final evaluation, at its step
+    final = json.loads((ckpt.parents[1] / "metrics.json").read_text())
+    for key, values in check["metrics"].items():
+        assert values["cpu"] == pytest.approx(final[key], rel=1e-6, abs=1e-9), key
+    # a device the evaluation cannot run on is a failure naming the error, not a pass
+    broken = compare_evaluations(ckpt, ("cpu", "meta"))
+    assert broken["status"] == "fail" and broken["error"], broken
 
 
 def test_a_family_that_diverges_is_reported_as_a_failure_naming_the_term(tmp_path):
