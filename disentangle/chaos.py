@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import checkout_root
+from .runtime.paths import checkout_root
 
 # the sweeps run in the checkout when there is one (its copy of the package), else here (an installed wheel)
 ROOT = checkout_root()

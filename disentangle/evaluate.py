@@ -12,11 +12,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from . import config
-from .checkpointing import load_checkpoint
 from .errors import ConfigError, DatasetNotFoundError
 from .metrics.suite import check_metric_names
-from .paths import config_dir
+from .runtime import config
+from .runtime.checkpointing import load_checkpoint
+from .runtime.paths import config_dir
 
 __all__ = ["checkpoint_path", "cli", "evaluate_checkpoint", "evaluation_settings", "load_checkpoint", "main"]
 
@@ -28,7 +28,7 @@ def evaluate_checkpoint(cfg: DictConfig, overrides: list[str] | None = None) -> 
     import torch
     from hydra.utils import instantiate
 
-    from .run import print_summary
+    from .runtime.run import print_summary
 
     path = checkpoint_path(cfg)
     chosen = cfg.metrics if cfg.metrics is None or isinstance(cfg.metrics, str) else list(cfg.metrics)

@@ -11,9 +11,9 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from . import config
 from .errors import DatasetNotFoundError
-from .paths import config_dir
+from .runtime import config
+from .runtime.paths import config_dir
 
 
 @hydra.main(config_path=str(config_dir()), config_name="prepare", version_base="1.3")

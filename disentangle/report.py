@@ -213,7 +213,7 @@ def _workspace_problem() -> str | None:
     import importlib.util
     import os
 
-    from .loggers import has_api_key
+    from .runtime.loggers import has_api_key
 
     if importlib.util.find_spec("wandb_workspaces") is None:
         return "needs the wandb-workspaces package: pip install 'disentangle-quantized[dashboard]'"
@@ -234,7 +234,7 @@ def _sweep_group(path: Path) -> str:
     """The W&B group of the sweep in ``path`` (as its training runs were grouped): from its ``multirun.yaml``."""
     from omegaconf import OmegaConf
 
-    from .loggers import sweep_name
+    from .runtime.loggers import sweep_name
 
     multirun = path / "multirun.yaml"
     try:

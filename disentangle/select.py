@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from .selection import CRITERIA, METRIC_KEYS, RULES, check_criterion, check_rule
+from .reporting.selection import CRITERIA, METRIC_KEYS, RULES, check_criterion, check_rule
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .selection import find_runs, measure_run, select, selection_figure, selection_markdown
+    from .reporting.selection import find_runs, measure_run, select, selection_figure, selection_markdown
 
     args = parse_args(argv)
     try:

@@ -1,6 +1,6 @@
 """Entry point: ``python -m disentangle.train model=tripod data=isaac3d`` (a Hydra app).
 
-Thin on purpose: composition is Hydra's, the work is :func:`disentangle.run.train`. The heavy imports
+Thin on purpose: composition is Hydra's, the work is :func:`disentangle.runtime.run.train`. The heavy imports
 happen inside ``main`` so that ``--cfg job`` and ``--help`` answer quickly.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import hydra
 import yaml
 from omegaconf import DictConfig
 
-from . import config
 from .errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
-from .paths import config_dir, sweep_arguments
+from .runtime import config
+from .runtime.paths import config_dir, sweep_arguments
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 @hydra.main(config_path=str(config_dir()), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from .callbacks import EvaluationError
-    from .multirun import clear_failure, in_multirun, record_failure
-    from .run import train
+    from .runtime.multirun import clear_failure, in_multirun, record_failure
+    from .runtime.run import train
 
     multirun = in_multirun()
     try:
@@ -93,7 +93,7 @@ def resume_arguments(args: list[str]) -> list[str]:
         print(f"error: resume={value}: {stored} not found (not a run directory of python -m disentangle.train; "
               f"give resume=<its checkpoints/last.ckpt> to continue it in a new directory)", file=sys.stderr)
         sys.exit(2)
-    from .checkpointing import check_checkpoint, find_checkpoint
+    from .runtime.checkpointing import check_checkpoint, find_checkpoint
 
     try:  # before Hydra writes into the directory: a bad checkpoint must leave the run as it was
         check_checkpoint(find_checkpoint(str(run_dir), run_dir))
@@ -114,7 +114,7 @@ def _check_auto_resume(args: list[str]) -> None:
     run_dir = next((a.split("=", 1)[1] for a in args if config.override_key(a) == "hydra.run.dir"), None)
     if flag.lower() != "true" or not run_dir:
         return
-    from .checkpointing import check_checkpoint, find_checkpoint
+    from .runtime.checkpointing import check_checkpoint, find_checkpoint
 
     last = find_checkpoint(None, Path(run_dir).expanduser(), auto_resume=True)
     if last is None:

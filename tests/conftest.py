@@ -11,7 +11,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-import disentangle.config  # noqa: F401  (resolvers)
+import disentangle.runtime.config  # noqa: F401  (resolvers)
 
 ROOT = Path(__file__).resolve().parents[1]
 # a test stopped by the global timeout (pyproject: [tool.pytest.ini_options] timeout) leaves no process behind

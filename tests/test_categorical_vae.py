@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from disentangle.data.base import UniformFactorStream
 from disentangle.nn import DlibDecoder, DlibEncoder
 from disentangle.quantizers import CategoricalLatent, gumbel_scale
-from disentangle.run import build
+from disentangle.runtime.run import build
 
 
 def params(module):

@@ -1,5 +1,5 @@
 """Checkpoints are data, not code (issue 30 item 9): every entry point that opens a checkpoint reads it with
-``torch.load(weights_only=True)`` (disentangle.checkpointing.read_checkpoint), so a shared file whose unpickling
+``torch.load(weights_only=True)`` (disentangle.runtime.checkpointing.read_checkpoint), so a shared file whose unpickling
 would run a command is refused in one line naming what it needs, and the command never runs."""
 import os
 import subprocess
@@ -9,13 +9,13 @@ import pytest
 import torch
 from conftest import ROOT, run_cli
 
-from disentangle.checkpointing import (
+from disentangle.errors import ConfigError
+from disentangle.runtime.checkpointing import (
     UnsafeCheckpointError,
     check_checkpoint,
     load_checkpoint,
     read_checkpoint,
 )
-from disentangle.errors import ConfigError
 
 
 class _RunsACommand:

@@ -13,11 +13,11 @@ from conftest import compose_config
 from hydra.utils import instantiate
 
 from disentangle import metrics as M
+from disentangle.callbacks.figures import latent_scatter
 from disentangle.data import ProceduralDataModule
 from disentangle.data.procedural import RENDERERS, circles
-from disentangle.figures import latent_scatter
 from disentangle.nn import BroadcastDecoder, DlibEncoder
-from disentangle.run import train
+from disentangle.runtime.run import train
 
 RES = 64
 

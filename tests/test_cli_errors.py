@@ -17,8 +17,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from disentangle import config, evaluate, prepare, train
+from disentangle import evaluate, prepare, train
 from disentangle.errors import ConfigError
+from disentangle.runtime import config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -191,12 +192,12 @@ def test_the_optuna_sweep_without_its_extra_names_the_extra(tmp_path):
 
 FAILING = textwrap.dedent("""
     import runpy, sys
-    import disentangle.run
+    import disentangle.runtime.run
 
     def train(cfg):
         raise RuntimeError("a bug")
 
-    disentangle.run.train = train  # an unexpected failure inside the job
+    disentangle.runtime.run.train = train  # an unexpected failure inside the job
     runpy.run_module("disentangle.train", run_name="__main__", alter_sys=True)
 """)
 

@@ -20,7 +20,7 @@ from disentangle.regularizers import (
     hausdorff_factorized_support,
     ioss,
 )
-from disentangle.run import build, train
+from disentangle.runtime.run import build, train
 
 SIGMA = 0.1
 F64 = torch.float64

@@ -13,6 +13,7 @@ from conftest import compose_config
 from hydra.utils import instantiate
 from scipy.stats import spearmanr
 
+from disentangle.callbacks.figures import factor_recovery_scatter
 from disentangle.data.procedural import balls
 from disentangle.data.synthetic import (
     FACTOR_LEVELS,
@@ -24,9 +25,8 @@ from disentangle.data.synthetic import (
     mixing_matrices,
 )
 from disentangle.errors import ConfigError
-from disentangle.figures import factor_recovery_scatter
 from disentangle.nn import AdditiveDecoder, LachapelleDecoder, LachapelleEncoder, MLPEncoder, ResNet18Trunk
-from disentangle.run import build, train
+from disentangle.runtime.run import build, train
 
 RESNET18_WITHOUT_FC = 11_689_512 - (512 * 1000 + 1000)   # torchvision resnet18(): 11,689,512 incl. the 1000-way fc
 

@@ -216,7 +216,7 @@ def test_sweep_files_compose_with_their_grids(sweep):
 def test_switching_the_progress_bar_off_drops_the_configured_bar():
     from conftest import FAST
 
-    from disentangle.run import build
+    from disentangle.runtime.run import build
 
     overrides = [o for o in FAST if o != "~callbacks.progress"] + ["model=ae", "data=sprites"]
     job = build(compose_config(overrides))
@@ -229,3 +229,4 @@ def test_every_model_config_has_a_bench_steps_entry():
 
     timed = {o.split("=", 1)[1] for _, overrides in STEP_CASES for o in overrides if o.startswith("model=")}
     assert not sorted(set(MODELS) - timed), f"models without a bench steps entry: {sorted(set(MODELS) - timed)}"
+

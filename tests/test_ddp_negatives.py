@@ -15,7 +15,7 @@ from conftest import FAST, ROOT, compose_config
 
 from disentangle.errors import ConfigError
 from disentangle.regularizers import AdversarialTotalCorrelation
-from disentangle.run import build, train
+from disentangle.runtime.run import build, train
 
 STEPS = 3
 COMMON = [*FAST, "data=shapes2d", "model=factorvae", f"trainer.max_steps={STEPS}", "~callbacks.evaluation",

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from disentangle.errors import ConfigError
 from disentangle.regularizers import AnnealedCapacity, annealed_capacity, dip_vae_penalty
 from disentangle.reporting.compare import Published, method_names
-from disentangle.run import train
+from disentangle.runtime.run import train
 
 NEW_MODELS = ("betavae_friede", "betatcvae_friede", "betatcvae_friede_chen", "dip_vae_i_friede", "dip_vae_ii_friede", "annealed_vae_friede")
 

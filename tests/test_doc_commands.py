@@ -177,7 +177,7 @@ def _trains(command: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------- names that must exist
-_MODULE = re.compile(r"python -m disentangle\.(\w+)")
+_MODULE = re.compile(r"python -m disentangle\.(\w+(?:\.\w+)*)")  # disentangle.train, disentangle.doctor.worker
 _INLINE = re.compile(r"`([^`\n]+)`")
 # config groups a command chooses from, and where their options live (the extending guide's examples add theirs)
 _GROUPS = ("model", "data", "experiment", "regularizer", "trainer", "logger")
@@ -190,8 +190,8 @@ def _modules_named(text: str) -> set[str]:
 
 
 def _module_exists(name: str) -> bool:
-    package = ROOT / "disentangle"
-    return (package / f"{name}.py").is_file() or (package / name / "__main__.py").is_file()
+    path = ROOT / "disentangle" / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
 
 
 def _choices(command: str) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from disentangle.doctor import compare_evaluations, main, recommend_runs_per_gpu, run_family, time_cases
-from disentangle.families import FAMILIES, family_of
+from disentangle.runtime.families import FAMILIES, family_of
 
 
 def test_doctor_on_the_cpu_trains_families_in_both_precisions_and_names_what_it_skipped(tmp_path):

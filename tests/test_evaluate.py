@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import FAST, ROOT, compose_config
 
-from disentangle.run import train
+from disentangle.runtime.run import train
 
 
 def run_evaluate(*args):

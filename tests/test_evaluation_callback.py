@@ -15,9 +15,9 @@ from hydra.utils import instantiate
 from matplotlib.image import imread
 
 from disentangle.callbacks import DisentanglementEvaluation, EvaluationError
-from disentangle.figures import dci_importance_heatmap, reconstruction_grid
+from disentangle.callbacks.figures import dci_importance_heatmap, reconstruction_grid
 from disentangle.metrics.accumulate import disentanglement_metrics
-from disentangle.run import build, train
+from disentangle.runtime.run import build, train
 
 FIGURES = ("nmi_heatmap.png", "dci_importance.png", "interventions.png", "reconstructions.png")
 

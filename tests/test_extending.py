@@ -13,7 +13,7 @@ import torch
 from conftest import FAST, ROOT, compose_config
 from test_doc_commands import blocks
 
-from disentangle.run import build, train
+from disentangle.runtime.run import build, train
 
 EXAMPLES = ROOT / "docs" / "examples"
 SEARCHPATH = f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]"

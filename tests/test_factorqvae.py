@@ -19,8 +19,8 @@ from disentangle.regularizers import (
     tc_estimate,
 )
 from disentangle.regularizers.tc_discriminator import discriminator_net
-from disentangle.run import build
-from disentangle.schedules import cosine_factor
+from disentangle.runtime.run import build
+from disentangle.runtime.schedules import cosine_factor
 
 
 # -- Gumbel-softmax quantizers ------------------------------------------------------------------------------------

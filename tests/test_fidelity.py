@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from disentangle.nn.init import INITS, fan_in, initialize
-from disentangle.precision import float32_math, tf32_mode
+from disentangle.runtime.precision import float32_math, tf32_mode
 
 QLAE_ARCH = {"arch.encoder.norm_before_act", "arch.encoder.negative_slope", "arch.decoder.negative_slope",
              "arch.decoder.output_kernel", "arch.decoder.adain_relu"}
@@ -234,7 +234,7 @@ def test_bench_tf32_compares_like_with_like_and_needs_cuda():
     import sys
 
     from disentangle.bench import bench_model
-    from disentangle.bench_tf32 import SETTINGS, terms_and_gradient, tf32_setting
+    from disentangle.bench.tf32 import SETTINGS, terms_and_gradient, tf32_setting
 
     torch.manual_seed(0)
     model = bench_model(["model=tripod"], 4)

@@ -11,9 +11,9 @@ from hydra.utils import instantiate
 from disentangle.errors import ConfigError
 from disentangle.quantizers import CategoricalLatent, factor_bins
 from disentangle.regularizers import LabelSupervision, binned_cross_entropy, supervised_bce
-from disentangle.run import train
+from disentangle.reporting.selection import straight_through_gap, straight_through_mode
+from disentangle.runtime.run import train
 from disentangle.select import main as select_main
-from disentangle.selection import straight_through_gap, straight_through_mode
 
 
 def _dvae(extra=()):
@@ -122,7 +122,7 @@ def test_label_supervision_trains_and_checks_its_budget(tmp_path):
     cfg = compose_config(FAST + ["model=vae_friede", "data=sprites", "+regularizer=supervision",
                                  "model.regularizers.supervision.loss=l2",
                                  "model.regularizers.supervision.n_labels=40"], output_dir=tmp_path / "l2")
-    from disentangle.run import build
+    from disentangle.runtime.run import build
 
     job = build(cfg)
     reg = job.model.regularizers["supervision"]

@@ -16,7 +16,7 @@ from disentangle.errors import ConfigError, NonFiniteLossError
 from disentangle.models import InfoWGAN
 from disentangle.models.gan import gradient_penalty, sample_prior
 from disentangle.quantizers import ContinuousLatent, GaussianLatent, LatentQuantizer
-from disentangle.run import build, train
+from disentangle.runtime.run import build, train
 
 GANS = ("infowgan_gp", "qlinfowgan_gp", "qlinfowgan_gp_no_wd")
 SUMMARY = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr")

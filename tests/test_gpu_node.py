@@ -22,7 +22,8 @@ from disentangle.data.prepared import (
     check_on_device,
     resolve_on_device,
 )
-from disentangle.devices import (
+from disentangle.errors import ConfigError
+from disentangle.runtime.devices import (
     SIMULATE_VARIABLE,
     LauncherConfigError,
     concurrent_jobs,
@@ -30,8 +31,7 @@ from disentangle.devices import (
     gpu_share,
     job_placement,
 )
-from disentangle.errors import ConfigError
-from disentangle.run import build
+from disentangle.runtime.run import build
 
 # two optimizer steps of the small AE, an evaluation of PSNR only (no metric), no checkpoint or logger: the cost of a
 # job is its worker's start-up

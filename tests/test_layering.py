@@ -6,15 +6,22 @@ the submodule ``pkg.name`` when that is a module of the package. The rules:
 
 * no private name (``_x``, not a dunder) is imported from another module, nor read as ``module._x`` off an
   imported module;
-* lower layers do not import higher ones (see ``FORBIDDEN``);
-* no import cycle among the modules of one subpackage (``disentangle/data``, ...; the top-level modules of
-  ``disentangle/`` count as one group).
+* lower layers do not import higher ones (see ``FORBIDDEN``). The layers, lowest first: ``errors`` and ``checks``;
+  the runtime's leaf modules (``LEAVES``: precision, schedules, devices, provenance), which import nothing of the
+  package but the foundations; ``metrics``, ``data``, ``nn``; ``quantizers``; ``regularizers``; ``models``;
+  ``callbacks``; the rest of ``runtime``; ``reporting``; the entry points (``ENTRY_POINTS``: the modules and the
+  ``bench`` and ``doctor`` packages behind ``python -m disentangle.X``);
+* no import cycle among the modules of one subpackage (``disentangle/data``, ``disentangle/runtime``, ...; the
+  top-level modules of ``disentangle/`` count as one group);
+* no module, config or sweep file names a module by the old name it had before it moved (``disentangle.MOVED``:
+  those names are aliases for stored configs and users' scripts only).
 
 Each failure names the file, the line and the import.
 """
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,17 +31,34 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "disentangle"
 
-# importer prefix -> module prefixes it must not import
+# what the commands are: nothing below them imports them
+ENTRY_POINTS = ("disentangle.train", "disentangle.evaluate", "disentangle.report", "disentangle.select",
+                "disentangle.prepare", "disentangle.chaos", "disentangle.bench", "disentangle.doctor")
+# the runtime's modules that the library below the runtime may import: each imports nothing of the package but
+# errors, checks and the package itself (test_runtime_leaves_import_only_the_foundations)
+LEAVES = ("disentangle.runtime.precision",   # models, regularizers: autocast state, fp32 islands, TF32
+          "disentangle.runtime.schedules",   # models, regularizers: learning-rate schedules
+          "disentangle.runtime.devices",     # data: how many jobs share a GPU (data.on_device=auto)
+          "disentangle.runtime.provenance")  # callbacks: the software versions every metrics.json records
+FOUNDATIONS = ("disentangle", "disentangle.errors", "disentangle.checks")
+RUNTIME = "disentangle.runtime"
+LIBRARY = ("disentangle.models", "disentangle.callbacks", "disentangle.regularizers", "disentangle.quantizers")
+
+# importer prefix -> module prefixes it must not import (a module of LEAVES is never banned)
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "disentangle.metrics": ("disentangle.models", "disentangle.callbacks", "disentangle.regularizers",
-                            "disentangle.quantizers"),
-    "disentangle.data": ("disentangle.models", "disentangle.callbacks", "disentangle.regularizers",
-                         "disentangle.quantizers"),
-    "disentangle.quantizers": ("disentangle.models", "disentangle.callbacks"),
-    "disentangle.regularizers": ("disentangle.models", "disentangle.callbacks"),
-    "disentangle.nn": ("disentangle.models", "disentangle.callbacks"),
-    "disentangle.models": ("disentangle.callbacks",),
-    "disentangle.reporting": ("disentangle.models", "disentangle.data"),
+    "disentangle.metrics": (*LIBRARY, RUNTIME, "disentangle.reporting", *ENTRY_POINTS),
+    "disentangle.data": (*LIBRARY, RUNTIME, "disentangle.reporting", *ENTRY_POINTS),
+    "disentangle.quantizers": ("disentangle.models", "disentangle.callbacks", RUNTIME, "disentangle.reporting",
+                               *ENTRY_POINTS),
+    "disentangle.regularizers": ("disentangle.models", "disentangle.callbacks", RUNTIME, "disentangle.reporting",
+                                 *ENTRY_POINTS),
+    "disentangle.nn": ("disentangle.models", "disentangle.callbacks", RUNTIME, "disentangle.reporting",
+                       *ENTRY_POINTS),
+    "disentangle.models": ("disentangle.callbacks", RUNTIME, "disentangle.reporting", *ENTRY_POINTS),
+    "disentangle.callbacks": (RUNTIME, "disentangle.reporting", *ENTRY_POINTS),
+    "disentangle.runtime": ("disentangle.reporting", *ENTRY_POINTS),
+    "disentangle.reporting": ("disentangle.models", "disentangle.data", *ENTRY_POINTS),
+    "disentangle.bench": ("disentangle.doctor",),  # the doctor times with the benchmarks' step, not the reverse
 }
 
 
@@ -173,6 +197,8 @@ def _forbidden_imports(importers: tuple[str, ...]) -> list[str]:
             if not _within(module, prefix):
                 continue
             for imp in imports:
+                if any(_within(imp.target, leaf) for leaf in LEAVES):
+                    continue
                 hit = next((b for b in banned if _within(imp.target, b)), None)
                 if hit is not None:
                     problems.append(f"{imp.where()}  ({prefix} must not import {hit})")
@@ -185,22 +211,60 @@ def test_metrics_and_data_import_no_models_callbacks_regularizers_or_quantizers(
         pytest.fail(_report("metrics/data import a higher layer", problems), pytrace=False)
 
 
-def test_quantizers_regularizers_and_nn_import_no_models_or_callbacks():
+def test_quantizers_regularizers_and_nn_import_no_models_callbacks_or_runtime():
     problems = _forbidden_imports(("disentangle.quantizers", "disentangle.regularizers", "disentangle.nn"))
     if problems:
-        pytest.fail(_report("quantizers/regularizers/nn import models or callbacks", problems), pytrace=False)
+        pytest.fail(_report("quantizers/regularizers/nn import models, callbacks or the runtime", problems),
+                    pytrace=False)
 
 
-def test_models_import_no_callbacks():
+def test_models_import_no_callbacks_or_runtime():
     problems = _forbidden_imports(("disentangle.models",))
     if problems:
-        pytest.fail(_report("models import callbacks", problems), pytrace=False)
+        pytest.fail(_report("models import callbacks or the runtime", problems), pytrace=False)
 
 
-def test_reporting_imports_no_models_or_data():
+def test_reporting_imports_no_models_data_or_entry_points():
     problems = _forbidden_imports(("disentangle.reporting",))
     if problems:
-        pytest.fail(_report("reporting imports models or data", problems), pytrace=False)
+        pytest.fail(_report("reporting imports models, data or an entry point", problems), pytrace=False)
+
+
+def test_callbacks_import_no_runtime_beyond_its_leaves():
+    problems = _forbidden_imports(("disentangle.callbacks",))
+    if problems:
+        pytest.fail(_report("callbacks import the runtime or higher", problems), pytrace=False)
+
+
+def test_the_runtime_imports_no_entry_point_nor_reporting():
+    problems = _forbidden_imports(("disentangle.runtime",))
+    if problems:
+        pytest.fail(_report("the runtime imports an entry point or reporting", problems), pytrace=False)
+
+
+def test_bench_imports_no_doctor():
+    problems = _forbidden_imports(("disentangle.bench",))
+    if problems:
+        pytest.fail(_report("bench imports the doctor", problems), pytrace=False)
+
+
+def test_runtime_leaves_import_only_the_foundations():
+    problems = [
+        f"{imp.where()}  ({module} may import only {', '.join(FOUNDATIONS)})"
+        for module in LEAVES
+        for imp in PARSED[module][1]
+        if _within(imp.target, PACKAGE) and imp.target not in FOUNDATIONS
+    ]
+    assert all(leaf in MODULES for leaf in LEAVES), [leaf for leaf in LEAVES if leaf not in MODULES]
+    if problems:
+        pytest.fail(_report("runtime leaves import more than the foundations", problems), pytrace=False)
+
+
+def test_every_rule_names_real_modules():
+    """A renamed package must not leave a rule that checks nothing."""
+    names = [*FORBIDDEN, *(b for banned in FORBIDDEN.values() for b in banned), *ENTRY_POINTS, *LEAVES]
+    missing = sorted({n for n in names if not any(_within(m, n) for m in MODULES)})
+    assert not missing, f"rules name no module of the package: {missing}"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -286,6 +350,51 @@ def test_no_import_cycle_within_a_subpackage():
                 )
     if problems:
         pytest.fail(_report("import cycles within a subpackage", problems), pytrace=False)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Old names of moved modules
+# ----------------------------------------------------------------------------------------------------------------
+def _moved() -> dict[str, str]:
+    """``disentangle.MOVED`` read from the source (old module name -> new)."""
+    tree, _ = PARSED[PACKAGE]
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MOVED" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("disentangle/__init__.py defines no MOVED")
+
+
+MOVED = _moved()
+OLD_NAME = re.compile(r"\b(" + "|".join(re.escape(old) for old in sorted(MOVED, key=len, reverse=True))
+                      + r")\b(?![\w])")
+
+
+def test_moved_modules_are_gone_from_their_old_places_and_exist_at_their_new_ones():
+    assert MOVED, "MOVED is empty"
+    assert not [old for old in MOVED if old in MODULES], "a moved module is still at its old place"
+    assert not [new for new in MOVED.values() if new not in MODULES], "a MOVED target is not a module"
+
+
+def test_no_module_config_or_sweep_names_a_moved_module_by_its_old_name():
+    problems = []
+    for module, (tree, imports) in PARSED.items():
+        for imp in imports:
+            named = imp.target if imp.name is None else f"{imp.target}.{imp.name}"
+            if any(_within(imp.target, old) or named == old for old in MOVED):
+                problems.append(f"{imp.where()}  (moved: {MOVED.get(named) or named})")
+        if module == PACKAGE:  # the MOVED table itself
+            continue
+        for node in ast.walk(tree):  # a _target_ or a command written in a string, a docstring's reference
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for match in OLD_NAME.finditer(node.value):
+                    problems.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}: '{match.group(1)}' "
+                                    f"(now {MOVED[match.group(1)]})")
+    for path in sorted([*(ROOT / "conf").rglob("*.yaml"), *(ROOT / "sweeps").rglob("*.yaml")]):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in OLD_NAME.finditer(line):
+                problems.append(f"{path.relative_to(ROOT)}:{number}: '{match.group(1)}' (now {MOVED[match.group(1)]})")
+    if problems:
+        pytest.fail(_report("old names of moved modules", problems), pytrace=False)
 
 
 # what code outside disentangle/models may not do to a model: read its latent module or probe its attributes; it asks

@@ -14,7 +14,7 @@ from test_metrics_suite import GridModule
 from disentangle import metrics as M
 from disentangle.errors import ConfigError
 from disentangle.metrics.accumulate import disentanglement_metrics
-from disentangle.run import build
+from disentangle.runtime.run import build
 
 
 @pytest.fixture(scope="module")

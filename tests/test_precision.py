@@ -1,7 +1,8 @@
-"""Mixed precision keeps every estimator right (issues 22, 30): the fp32 islands of :mod:`disentangle.precision`, each
-of which must earn its place (its term on a real model batch is wrong under bf16 autocast without it and right with
-it), each sensitive term under bf16 autocast against float32, NHP against a decoder with a known Hessian, the
-quickstarts' first logged terms under ``trainer.precision=bf16-mixed``, and the refusals."""
+"""Mixed precision keeps every estimator right (issues 22, 30): the fp32 islands of
+:mod:`disentangle.runtime.precision`, each of which must earn its place (its term on a real model batch is
+wrong under bf16 autocast without it and right with it), each sensitive term under bf16 autocast against
+float32, NHP against a decoder with a known Hessian, the quickstarts' first logged terms under
+``trainer.precision=bf16-mixed``, and the refusals."""
 from __future__ import annotations
 
 import csv
@@ -19,13 +20,19 @@ from torch import nn
 import disentangle
 from disentangle.data import ProceduralDataModule
 from disentangle.errors import ConfigError
-from disentangle.precision import ISLANDS, autocast_for, in_float32, islands_disabled, resolve_precision
 from disentangle.quantizers.base import LatentOutput
 from disentangle.regularizers import NormalizedHessianPenalty
 from disentangle.regularizers.base import StepContext, batch_std
 from disentangle.regularizers.nhp import normalized_hessian_penalty
 from disentangle.regularizers.tc_discriminator import discriminator_logits
-from disentangle.run import build, train
+from disentangle.runtime.precision import (
+    ISLANDS,
+    autocast_for,
+    in_float32,
+    islands_disabled,
+    resolve_precision,
+)
+from disentangle.runtime.run import build, train
 
 BF16 = "bf16-mixed"
 

@@ -9,8 +9,8 @@ from importlib import metadata
 
 from conftest import FAST, ROOT, compose_config
 
-from disentangle.provenance import git_state, software_versions
-from disentangle.run import train
+from disentangle.runtime.provenance import git_state, software_versions
+from disentangle.runtime.run import train
 
 REQUIRED = {"python", "disentangle", "torch", "pytorch_lightning", "hydra", "numpy", "scikit_learn", "scipy", "wandb"}
 

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from disentangle.data import PreparedDataModule
 from disentangle.data.convert import resolution_path
 from disentangle.data.formats import downsample
-from disentangle.run import train
+from disentangle.runtime.run import train
 
 PREPARED = [name for name in DATASETS if name not in PROCEDURAL and name not in ("balls", "circles", "cliff2d")]
 SOURCE = {"colour_dsprites": "dsprites", "mpi3d_toy": "mpi3d"}  # the cache these read

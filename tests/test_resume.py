@@ -17,8 +17,8 @@ import pytest
 import torch
 from conftest import FAST, ROOT, compose_config, run_cli
 
-from disentangle.checkpointing import AtomicCheckpointIO
-from disentangle.run import train
+from disentangle.runtime.checkpointing import AtomicCheckpointIO
+from disentangle.runtime.run import train
 
 # long enough to be killed mid-run (~0.5 s of steps between checkpoints), short enough for the default suite
 RESUME = [o for o in FAST if not o.startswith(("trainer.max_steps", "callbacks.checkpoint", "callbacks.evaluation.every"))]
@@ -85,7 +85,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_last_ckpt_loadable(tmp_path):
     path = tmp_path / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint({"global_step": 1, "weights": torch.arange(10.0)}, path)
     # a child process writes a large checkpoint over it and is killed while the bytes go to disk
-    code = ("import sys, torch; from disentangle.checkpointing import AtomicCheckpointIO; "
+    code = ("import sys, torch; from disentangle.runtime.checkpointing import AtomicCheckpointIO; "
             "AtomicCheckpointIO().save_checkpoint({'global_step': 2, 'weights': torch.zeros(400_000_000, "
             "dtype=torch.uint8)}, sys.argv[1])")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], cwd=ROOT)

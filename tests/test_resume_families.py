@@ -21,8 +21,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from disentangle.families import FAMILIES, Family, family_of
-from disentangle.run import train
+from disentangle.runtime.families import FAMILIES, Family, family_of
+from disentangle.runtime.run import train
 
 # short runs on tiny networks: killed after the first checkpoint (step 4), resumed to step 16
 SHORT = [o for o in FAST if not o.startswith(("trainer.max_steps", "callbacks.checkpoint", "callbacks.evaluation.every",
@@ -44,7 +44,7 @@ def _short_run(family: Family) -> list[str]:
     return CLIFF2D if family.encoder_only else SEMI if family.labelled_stream else IMAGES
 
 
-# each family's representative (disentangle.families) with this test's short-run settings
+# each family's representative (disentangle.runtime.families) with this test's short-run settings
 REPRESENTATIVES: dict[Family, list[str]] = {family: [*_short_run(family), *choice] for family, choice in FAMILIES.items()}
 
 

@@ -13,9 +13,9 @@ from omegaconf import OmegaConf
 
 from disentangle.callbacks.gather import decode_interventions
 from disentangle.errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
-from disentangle.loggers import config_key
 from disentangle.metrics.suite import resolve_options
-from disentangle.run import build, train
+from disentangle.runtime.loggers import config_key
+from disentangle.runtime.run import build, train
 
 SUMMARY = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr")
 

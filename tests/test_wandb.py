@@ -1,7 +1,7 @@
 """W&B runs with the real wandb library, offline (issue 29): what the run defines against the training step, the
 figures of every evaluation at their step, and a killed run that resumes into the same W&B run with each evaluation
 point logged exactly once. What wandb persisted is read back from its transaction logs by the project's one reader
-(:mod:`disentangle.wandb_log`)."""
+(:mod:`disentangle.runtime.wandb_log`)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import FAST, ROOT
 
-from disentangle.wandb_log import WandbLogFormatError, history_rows, logged_points, records, run_logs
+from disentangle.runtime.wandb_log import WandbLogFormatError, history_rows, logged_points, records, run_logs
 
 ENV = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 # ~0.5 s of steps between checkpoints; evaluations at 8, 16, 24 and the final one at 24
@@ -145,7 +145,7 @@ def test_a_finished_run_continued_longer_keeps_its_wandb_run_and_logs_no_point_t
     last step as a periodic one; the W&B run already holds that point, so it is not logged again."""
     from conftest import compose_config
 
-    from disentangle.run import train
+    from disentangle.runtime.run import train
 
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)

@@ -4,7 +4,7 @@ unrelated directory with the checkout off ``sys.path``: the quickstart trains a 
 evaluates, a paper's sweep file composes and runs one tiny job whose report applies the sweep's rule, and
 every console script answers ``--help``.
 
-The first tests check the argument rewriting of :mod:`disentangle.paths` in the checkout (fast).
+The first tests check the argument rewriting of :mod:`disentangle.runtime.paths` in the checkout (fast).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from disentangle import paths
+from disentangle.runtime import paths
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the build reads (pyproject.toml and setup.py name the rest)
@@ -69,7 +69,9 @@ def test_each_console_script_runs_what_its_python_m_form_runs():
     assert sorted(scripts) == sorted(f"disentangle-{s}" for s in SCRIPTS)
     for name, target in scripts.items():
         module, function = target.split(":")
-        tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+        path = ROOT / module.replace(".", "/")  # a module, or a package whose __main__ runs it
+        tree = ast.parse((path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__main__.py")
+                         .read_text())
         main_block = next(node for node in tree.body if isinstance(node, ast.If)
                           and "__main__" in ast.unparse(node.test))
         called = {n.func.id for n in ast.walk(main_block)
@@ -150,7 +152,7 @@ def test_the_wheel_carries_the_configs_the_sweeps_the_license_and_the_published_
         carried = sorted(n.removeprefix(f"disentangle/{d}/") for n in names
                          if n.startswith(f"disentangle/{d}/") and n.endswith(".yaml"))
         assert carried == files, f"{d}/ in the wheel differs from the checkout's"
-    assert "disentangle/published/results.csv" in names and "disentangle/paths.py" in names
+    assert "disentangle/published/results.csv" in names and "disentangle/runtime/paths.py" in names
     dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     assert dist_info.startswith("disentangle_quantized-")
     assert f"{dist_info}/licenses/LICENSE" in names
@@ -169,7 +171,7 @@ def test_the_sdist_carries_the_configs_the_sweeps_and_the_license(sources, tmp_p
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     expected = {p.relative_to(ROOT).as_posix() for d in ("conf", "sweeps")
                 for p in (ROOT / d).rglob("*.yaml")}
-    assert expected <= names and {"LICENSE", "setup.py", "pyproject.toml", "disentangle/paths.py"} <= names
+    assert expected <= names and {"LICENSE", "setup.py", "pyproject.toml", "disentangle/runtime/paths.py"} <= names
 
 
 @pytest.mark.timeout(900)  # builds and installs a wheel into a fresh venv: minutes on a loaded 2-core machine

@@ -148,8 +148,9 @@ class DisentanglementEvaluation(pl.Callback):
     # -- Lightning hooks ---------------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
         """A resumed run (global step > 0): take up the history on disk (already cut back to the checkpoint's
-        step by :func:`disentangle.checkpointing.trim_logs`) and redo the periodic evaluation of the checkpoint's
-        step if the kill came before the worker had recorded it, so the history has no missing step."""
+        step by :func:`disentangle.runtime.checkpointing.trim_logs`) and redo the periodic evaluation of the
+        checkpoint's step if the kill came before the worker had recorded it, so the history has no missing
+        step."""
         step = trainer.global_step
         if step == 0:
             return

@@ -1,7 +1,7 @@
 """The evaluation's output part: turn a job into numbers and files, and hand finished outcomes to the loggers.
 
 :func:`compute_outcome` runs in the metric worker (numpy only): the registered metrics of the job, then for a
-writing job ``metrics.json`` (atomically), ``latents.npz`` and the figures of :mod:`disentangle.figures`.
+writing job ``metrics.json`` (atomically), ``latents.npz`` and the figures of :mod:`disentangle.callbacks.figures`.
 :func:`record_outcome` runs on the training thread: it logs the scalars (and, for W&B, the images) at the step
 they were taken and appends the evaluation to ``metrics_history.jsonl``.
 """
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..figures import (
+from ..metrics.suite import SCALAR_LABELS, resolve_options
+from ..runtime.provenance import software_versions
+from .figures import (
     dci_importance_heatmap,
     factor_recovery_scatter,
     intervention_grid,
@@ -25,8 +27,6 @@ from ..figures import (
     reconstruction_grid,
     samples_grid,
 )
-from ..metrics.suite import SCALAR_LABELS, resolve_options
-from ..provenance import software_versions
 from .jobs import EvaluationJob, EvaluationOutcome
 
 HISTORY_FILE = "metrics_history.jsonl"

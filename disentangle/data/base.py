@@ -120,8 +120,9 @@ class FactorDataModule(pl.LightningDataModule):
         self.eval_size = int(eval_size)
         self.eval_seed = int(eval_seed)
         self.seed = int(seed)
-        # into how many equal parts the model cuts each batch (its batch_parts, set by disentangle.run.build): under
-        # data-parallel training each rank takes its share of every part (:func:`_rank_slice`)
+        # into how many equal parts the model cuts each batch (its batch_parts, set by
+        # disentangle.runtime.run.build): under data-parallel training each rank takes its share of every part
+        # (:func:`_rank_slice`)
         self.batch_parts = 1
         self.factor_names: tuple[str, ...] = ()
         self.factor_sizes: tuple[int, ...] = ()

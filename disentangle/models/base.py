@@ -45,9 +45,9 @@ from torch import nn
 from ..checks import check_one_of
 from ..errors import ConfigError, NonFiniteLossError
 from ..nn.init import initialize
-from ..precision import autocast_active, full_precision, island_on, register_island, tf32_active
 from ..quantizers.base import LatentModule, LatentOutput, LatentSpec
-from ..schedules import build_scheduler
+from ..runtime.precision import autocast_active, full_precision, island_on, register_island, tf32_active
+from ..runtime.schedules import build_scheduler
 
 RECONSTRUCTIONS = ("bce", "bce_sum", "mse")
 LATENT_ISLAND = register_island("models.base.LatentModel.run_latent", "the latent module on the encoder's output")
@@ -156,7 +156,8 @@ class LatentModel(pl.LightningModule):
         self.regularizers = nn.ModuleDict()  # a subclass may fill it; code that walks it finds an empty dict
         self.split_batch = False  # True: each loader batch is two halves, the second for an adversary's negatives
         self.run_config: dict | None = None  # the composed Hydra config, stored in checkpoints
-        self.runtime: dict = {}  # what ran (precision, device; set by disentangle.run), recorded in metrics.json
+        # what ran (precision, device; set by disentangle.runtime.run), recorded in metrics.json
+        self.runtime: dict = {}
 
     def check_latent(self, latent: LatentModule) -> None:
         """Refuse a latent module this method cannot use (one ValueError line); any module by default."""
@@ -183,9 +184,9 @@ class LatentModel(pl.LightningModule):
 
     def run_latent(self, pre: torch.Tensor) -> LatentOutput:
         """The latent module on the encoder's output, as an fp32 island under mixed precision
-        (:mod:`disentangle.precision`): quantizer distances and commitment terms, Gaussian sampling and KL, Gumbel and
-        categorical softmaxes and their KLs are all computed in float32, from the encoder output cast to float32 (a
-        grid value or a codebook row rounded to bf16 would no longer be a code)."""
+        (:mod:`disentangle.runtime.precision`): quantizer distances and commitment terms, Gaussian sampling and
+        KL, Gumbel and categorical softmaxes and their KLs are all computed in float32, from the encoder output cast
+        to float32 (a grid value or a codebook row rounded to bf16 would no longer be a code)."""
         if not (autocast_active() or tf32_active()) or not island_on(LATENT_ISLAND):
             return self.latent(pre)
         with full_precision():  # not in_float32(self.latent): wrapping a module per call would copy its __dict__
@@ -262,7 +263,7 @@ class LatentModel(pl.LightningModule):
     @property
     def updates_per_step(self) -> int:
         """Backward passes (optimizer updates) per training step: more than one (an adversary, the GANs) makes
-        data-parallel training detect the parameters each pass leaves unused (``disentangle.run.build``)."""
+        data-parallel training detect the parameters each pass leaves unused (``disentangle.runtime.run.build``)."""
         return 1
 
     @property

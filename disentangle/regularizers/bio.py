@@ -1,7 +1,7 @@
 """BioAE's biological constraints on the latent (Whittington et al. 2023; spec qlae.md §4.5).
 
-Mixed precision (:mod:`disentangle.precision`): the constraints run in float32 (elementwise reductions of the latent
-island's float32 z; no island of their own).
+Mixed precision (:mod:`disentangle.runtime.precision`): the constraints run in float32 (elementwise reductions
+of the latent island's float32 z; no island of their own).
 """
 from __future__ import annotations
 

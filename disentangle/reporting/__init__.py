@@ -192,10 +192,11 @@ def log_to_wandb(rep: Report, *, project: str = "disentangle", group: str | None
     table ``configurations`` (:func:`~disentangle.reporting.dashboard.configuration_table`), the figure
     (``report_figure``) and the dashboard picture (``dashboard``). Offline unless an API key is configured
     (``WANDB_MODE`` wins), like the training logger. Writes ``report_wandb_run.json``
-    (:func:`disentangle.loggers.run_record`) in ``save_dir``. Returns where the run went (its directory or URL)."""
+    (:func:`disentangle.runtime.loggers.run_record`) in ``save_dir``. Returns where the run went (its
+    directory or URL)."""
     import wandb
 
-    from ..loggers import wandb_mode, write_run_record
+    from ..runtime.loggers import wandb_mode, write_run_record
     from .dashboard import configuration_table
     from .tables import csv_columns, csv_rows
 

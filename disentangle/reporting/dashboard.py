@@ -18,8 +18,9 @@ WORKSPACE_METRICS = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr
 
 
 def configuration_key(run_path: Path) -> str | None:
-    """The run's ``config_key`` (all hyperparameters but the seed; :func:`disentangle.loggers.config_key`): from its
-    W&B record when it has one, else computed from its saved config (``.hydra/config.yaml``)."""
+    """The run's ``config_key`` (all hyperparameters but the seed;
+    :func:`disentangle.runtime.loggers.config_key`): from its W&B record when it has one, else computed from
+    its saved config (``.hydra/config.yaml``)."""
     try:
         return str(json.loads((Path(run_path) / "wandb_run.json").read_text())["config"]["config_key"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -27,7 +28,7 @@ def configuration_key(run_path: Path) -> str | None:
     try:
         from omegaconf import OmegaConf
 
-        from ..loggers import config_key
+        from ..runtime.loggers import config_key
 
         return config_key(OmegaConf.to_container(OmegaConf.load(Path(run_path) / ".hydra" / "config.yaml")))
     except Exception:  # noqa: BLE001 - no saved config: no key
@@ -192,7 +193,7 @@ def workspace(project: str, group: str, *, entity: str | None = None, x_param: s
 
 def save_workspace(view) -> str:
     """Save a :func:`workspace` to W&B (needs the network and an API key); returns its URL."""
-    from ..loggers import has_api_key
+    from ..runtime.loggers import has_api_key
 
     if not has_api_key():
         raise RuntimeError("saving a W&B workspace needs an API key (WANDB_API_KEY or `wandb login`) and the "

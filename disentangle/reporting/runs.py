@@ -148,7 +148,7 @@ def read_run(path: Path) -> Run:
     """The run in ``path``; problems become ``Run.error`` (one line)."""
     from omegaconf import OmegaConf
 
-    from .. import config as _config  # noqa: F401  (the resolvers the configs use: mul, len)
+    from ..runtime import config as _config  # noqa: F401  (the resolvers the configs use: mul, len)
 
     path = Path(path)
     run = Run(path)
@@ -167,7 +167,7 @@ def read_run(path: Path) -> Run:
     run.overrides = read_overrides(path / ".hydra" / "overrides.yaml")
     missing = [k for k, v in (("model.name", run.model), ("data.name", run.data)) if v in (None, "")]
     if not metrics_path.is_file():
-        recorded = path / "error.txt"  # a multirun job's own error line (disentangle.multirun)
+        recorded = path / "error.txt"  # a multirun job's own error line (disentangle.runtime.multirun)
         if recorded.is_file() and recorded.read_text().strip():
             run.error = "failed: " + recorded.read_text().strip().splitlines()[0]
         else:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..paths import sweeps_dir
+from ..runtime.paths import sweeps_dir
 
 RULE_PREFIX = "# Report:"
 # the flags a rule may carry -> the option they set; --pool takes one or more values, the others one

@@ -3,7 +3,7 @@
 wandb documents no reader for this file, and it is the only record of what a run's wandb service persisted before
 a kill (the service buffers records in memory: a SIGKILL loses what was not yet written, measured here with wandb
 0.31 as everything a short run logged). A resumed run reads it to log each point exactly once
-(:meth:`disentangle.loggers.SummaryWandbLogger`), and the tests read it to check that. This is the project's one
+(:meth:`disentangle.runtime.loggers.SummaryWandbLogger`), and the tests read it to check that. This is the project's one
 reader of wandb's private format, kept here: a log it does not understand stops with a line naming the wandb version.
 
 The format (wandb 0.2x-0.31): a 7-byte header (``:W&B``, 0xBEE1, version 0), then 32 KiB blocks of chunks in
@@ -39,7 +39,7 @@ def _version() -> str:
 
 def _fail(path: Path, reason: str) -> WandbLogFormatError:
     return WandbLogFormatError(f"cannot read W&B's transaction log {path} (wandb {_version()}): {reason}; "
-                               f"disentangle.wandb_log knows the layout of wandb 0.2x-0.31")
+                               f"disentangle.runtime.wandb_log knows the layout of wandb 0.2x-0.31")
 
 
 def records(path: str | Path) -> Iterator[bytes]:

@@ -1,8 +1,8 @@
 """Figures for a trained representation: NMI heatmap, DCI importance heatmap, decoded latent interventions,
 a reconstruction grid, latent scatters, factor recovery and a generative model's samples.
 
-Functions of numpy arrays and a path only (no model, no callback), so models, callbacks and reports can all use
-them.
+Functions of numpy arrays and a path only (no model, no callback, nothing of the package): the evaluation's outputs
+(:mod:`.outputs`) draw them, and anything above the callbacks (reports, scripts) can too.
 
 NMI heatmap: sources as rows, latents as columns, inactive latents' labels in red (QLAE paper Fig. 3 / App. D;
 spec qlae.md §9.2). DCI importance heatmap: the importance matrix R (latents x factors) of nonlinear DCI (spec

@@ -9,6 +9,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .. import current_name, former_name
+
 
 def wandb_logger(save_dir: str, project: str = "disentangle", offline: bool | None = None, group: str | None = None,
                  tags: Sequence[str] = (), model: str | None = None, data: str | None = None, seed=None,
@@ -20,7 +22,7 @@ def wandb_logger(save_dir: str, project: str = "disentangle", offline: bool | No
     after the sweep config's name when it is not ``train``) and ``<model>-<data>`` in a single run. The run is
     tagged ``<model>``, ``<data>``, ``seed=<seed>`` and, in a sweep, ``sweep=<name>``. The W&B config gets those,
     the job's command-line overrides and, given ``run_config`` (the whole resolved job config, as
-    :func:`disentangle.run.build` passes it), every entry of it as a dotted key (``model.optimizer.lr``,
+    :func:`disentangle.runtime.run.build` passes it), every entry of it as a dotted key (``model.optimizer.lr``,
     ``model.regularizers.klm.weight``, ``trainer.precision``, ...) plus ``config_key`` (``key``, from
     :func:`config_key`: the same for all seeds of one configuration, so W&B can group by it) and ``runtime.*``. At the end the final
     metrics (``metrics.json``) and the best InfoM with its step go into the run summary and the W&B run is finished,
@@ -73,10 +75,22 @@ def config_key(run_config: Mapping) -> str:
     seeds of one configuration share it, so a W&B dashboard groups by it for the mean and spread over seeds.
     ``run_config`` is the job config unresolved, so that values drawn from the seed (``data.seed: ${seed}``) keep
     their ``${seed}`` and only the seed itself is left out."""
-    flat = flatten(run_config, skip=_NOT_CONFIGURATION)
+    flat = flatten(_former_targets(run_config), skip=_NOT_CONFIGURATION)
     kept = {k: v for k, v in flat.items() if k.rsplit(".", 1)[-1] not in _NOT_CONFIGURATION_LEAVES}
     text = json.dumps(sorted(kept.items()), default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _former_targets(tree):
+    """``tree`` with every ``_target_`` written with the module names from before the modules moved
+    (:data:`disentangle.MOVED`): a configuration keeps its :func:`config_key` across that change, whichever names
+    its config uses."""
+    if isinstance(tree, Mapping):
+        return {k: former_name(current_name(v)) if k == "_target_" and isinstance(v, str) else _former_targets(v)
+                for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_former_targets(v) for v in tree]
+    return tree
 
 
 def wandb_mode() -> str:
@@ -203,7 +217,7 @@ def _logger_class():
             super().log_image(key, images, step=step, **kwargs)
 
         def _log_missing_evaluations(self, output_dir: Path, step: int) -> None:
-            from .callbacks.outputs import HISTORY_FILE
+            from ..callbacks.outputs import HISTORY_FILE
 
             try:
                 lines = (output_dir / HISTORY_FILE).read_text().splitlines()
@@ -306,8 +320,9 @@ def _has_netrc_key() -> bool:
 
 def csv_logger(save_dir: str, name: str = "csv", version: str = "", **kwargs):
     """Lightning's CSVLogger (scalars to ``<save_dir>/<name>/metrics.csv``) that can go on with the file of a run it
-    resumes: ``logger.keep_existing = True`` (set by :func:`disentangle.run.train` after cutting the file back to
-    the checkpoint's step) appends to it instead of deleting it, as the stock logger does with an old file."""
+    resumes: ``logger.keep_existing = True`` (set by :func:`disentangle.runtime.run.train` after cutting the
+    file back to the checkpoint's step) appends to it instead of deleting it, as the stock logger does with an
+    old file."""
     return _csv_logger_class()(save_dir=save_dir, name=name, version=version, **kwargs)
 
 

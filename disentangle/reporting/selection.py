@@ -152,8 +152,8 @@ def measure_run(path: Path, *, rule: str = "delta_st", criterion: str = "loss", 
     for ``rule="delta_st"`` Δ_ST as ``delta_st`` (for ``criterion``), ``delta_st_loss``, ``delta_st_elbo`` and the
     settings; for ``rule="labels"`` ``label_validation_mig``. A stored value with the same settings is reused unless
     ``recompute``. Problems become ``RunRecord.error`` (one line)."""
-    from .checkpointing import load_checkpoint
-    from .config import one_line
+    from ..runtime.checkpointing import load_checkpoint
+    from ..runtime.config import one_line
 
     check_rule(rule)
     record = RunRecord(path)

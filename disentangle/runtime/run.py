@@ -14,14 +14,15 @@ import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from .. import current_name
+from ..callbacks import DisentanglementEvaluation
+from ..data import DatasetNotFoundError
+from ..errors import ConfigError
+from ..metrics.suite import SCALAR_LABELS
 from . import config as _config  # noqa: F401  (registers the resolvers used by conf/)
-from .callbacks import DisentanglementEvaluation
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
 from .config import one_line, progress_enabled, progress_setting
-from .data import DatasetNotFoundError
 from .devices import job_placement, release_slot
-from .errors import ConfigError
-from .metrics.suite import SCALAR_LABELS
 from .precision import float32_math, resolve_precision, tf32_mode
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def build(cfg: DictConfig) -> Job:
         datamodule = instantiate(cfg.data)
         model = instantiate(cfg.model, in_channels=datamodule.num_channels, resolution=datamodule.resolution,
                             dataset_size=datamodule.num_samples)
-        placement = job_placement(cfg)  # job i of a sweep on GPU i mod N (disentangle.devices)
+        placement = job_placement(cfg)  # job i of a sweep on GPU i mod N (disentangle.runtime.devices)
         precision = precision_of(cfg, model, placement.trainer_kwargs.get("accelerator"))
         # progress bars: `auto` (the default) draws them only in a terminal, not into log files and pipes
         progress = progress_enabled(cfg.trainer.get("enable_progress_bar", "auto"), "trainer.enable_progress_bar")
@@ -92,7 +93,7 @@ def build(cfg: DictConfig) -> Job:
 
 def _logger_extras(cfg: DictConfig, run_config: dict, runtime: dict) -> dict:
     """The whole resolved config and the runtime record for a logger that takes them (W&B's run config)."""
-    if str(cfg.logger.get("_target_", "")) == "disentangle.loggers.wandb_logger":
+    if current_name(str(cfg.logger.get("_target_", ""))) == "disentangle.runtime.loggers.wandb_logger":
         from .loggers import config_key
 
         return {"run_config": run_config, "runtime": runtime,
@@ -102,8 +103,8 @@ def _logger_extras(cfg: DictConfig, run_config: dict, runtime: dict) -> dict:
 
 def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict:
     """``trainer.precision`` and ``tf32`` settled for this model on this device (``accelerator``: the job's
-    placement, else ``trainer.accelerator``; :mod:`disentangle.precision`): ``auto`` becomes what runs; what cannot
-    run fails in one line. TF32 is set here for the whole process."""
+    placement, else ``trainer.accelerator``; :mod:`disentangle.runtime.precision`): ``auto`` becomes what
+    runs; what cannot run fails in one line. TF32 is set here for the whole process."""
     accelerator = accelerator or cfg.trainer.get("accelerator", "auto")
     precision = resolve_precision(cfg.trainer.get("precision", "auto"), accelerator,
                                   updates_per_step=model.updates_per_step)
@@ -117,10 +118,10 @@ def train(cfg: DictConfig) -> dict:
     """Seed, build, fit; returns the final evaluation (also written to ``metrics.json``).
 
     With ``resume`` (a run directory or a ``.ckpt`` file) or ``auto_resume`` and a ``last.ckpt`` in the output
-    directory, training goes on from that checkpoint (:mod:`disentangle.checkpointing`): the checkpoint is checked
-    first (a missing, partial or corrupt one stops here, with nothing changed), then the logs are cut back to its
-    step and Lightning restores the model, optimizers, schedulers, loop counters and (through ``RngState``) the
-    random generators."""
+    directory, training goes on from that checkpoint (:mod:`disentangle.runtime.checkpointing`): the
+    checkpoint is checked first (a missing, partial or corrupt one stops here, with nothing changed), then the
+    logs are cut back to its step and Lightning restores the model, optimizers, schedulers, loop counters and
+    (through ``RngState``) the random generators."""
     ckpt_path = find_checkpoint(cfg.get("resume"), cfg.paths.output_dir, bool(cfg.get("auto_resume", False)))
     resumed_step = None
     if ckpt_path is not None:
@@ -155,7 +156,8 @@ def _fit(cfg: DictConfig, job: Job, ckpt_path, resumed_step: int | None) -> dict
     if ckpt_path is None:
         _warn_stale_checkpoints(job.trainer)
     start = time.perf_counter()
-    # weights_only: Lightning's own restore reads the checkpoint as data too (disentangle.checkpointing.read_checkpoint)
+    # weights_only: Lightning's own restore reads the checkpoint as data too
+    # (disentangle.runtime.checkpointing.read_checkpoint)
     job.trainer.fit(job.model, datamodule=job.datamodule, ckpt_path=None if ckpt_path is None else str(ckpt_path),
                     weights_only=True)
     if job.evaluation is not None and resumed_step is not None and resumed_step >= job.trainer.max_steps:

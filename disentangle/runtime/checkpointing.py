@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from .errors import ConfigError, DatasetNotFoundError
+from ..errors import ConfigError, DatasetNotFoundError
 
 LAST = "last.ckpt"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from ..errors import ConfigError
 from .devices import concurrent_jobs
-from .errors import ConfigError
 
 
 def _register() -> None:

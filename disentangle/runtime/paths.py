@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # disentangle/
 SWEEPS_ALIAS = "sweeps"  # `-cd sweeps` as the sweep files' headers write it, from any directory
 
 

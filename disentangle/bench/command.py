@@ -1,0 +1,81 @@
+"""The command line of ``python -m disentangle.bench``: one subcommand per benchmark (see :mod:`disentangle.bench`)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from .batches import bench_data
+from .evaluation import bench_metrics
+from .seeds import MODELS as SEED_MODELS
+from .seeds import compare_precisions
+from .steps import bench_model, bench_steps, sync
+from .terms import bench_terms
+
+
+def main(argv=None) -> None:
+    """Parse ``argv`` (default: the command line) and run the benchmark it names."""
+    parser = argparse.ArgumentParser(prog="python -m disentangle.bench")
+    sub = parser.add_subparsers(dest="what", required=True)
+    steps = sub.add_parser("steps", help="seconds per training step of the paper configurations")
+    steps.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    steps.add_argument("--repeats", type=int, default=10)
+    steps.add_argument("--batch-size", type=int, default=64)
+    steps.add_argument("--only", nargs="+", default=None,
+                       help="cases whose label contains one of these (qlae, the baseline, always runs)")
+    steps.add_argument("--precision", default=None, choices=["32-true", "bf16-mixed", "16-mixed"],
+                       help="time fp32 and this precision alternately and print their ratio")
+    terms = sub.add_parser("terms", help="Cliff, IOSS and HFS alone against the Cliff paper's Shapes3D step")
+    terms.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    terms.add_argument("--n", type=int, default=64, help="batch size (Shapes3D's: 64)")
+    terms.add_argument("--d", type=int, default=10, help="latents (Shapes3D's: 10)")
+    terms.add_argument("--repeats", type=int, default=10)
+    data = sub.add_parser("data", help="batch-assembly throughput (images/s) of prepared and procedural data")
+    data.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    data.add_argument("--n", type=int, default=100_000, help="images in the synthetic cache")
+    data.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
+    data.add_argument("--repeats", type=int, default=50)
+    metrics = sub.add_parser("metrics", help="InfoMEC + DCI against a straightforward scikit-learn baseline")
+    metrics.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                         help="torch device for the discrete MI tables and InfoE regressions")
+    metrics.add_argument("--n", type=int, default=10_000)
+    metrics.add_argument("--latents", type=int, default=18)
+    metrics.add_argument("--repeats", type=int, default=3)
+    metrics.add_argument("--continuous", action="store_true", help="continuous latents (KSG estimator)")
+    metrics.add_argument("--seed", type=int, default=0)
+    tf32 = sub.add_parser("tf32", help="each paper model's terms and gradient under TF32 against float32 (CUDA)")
+    tf32.add_argument("--device", default="cuda")
+    tf32.add_argument("--batch-size", type=int, default=64)
+    tf32.add_argument("--repeats", type=int, default=5)
+    tf32.add_argument("--only", nargs="+", default=None, help="cases whose label contains one of these")
+    seeds = sub.add_parser("precision", help="quickstart metrics over seeds in fp32 and bf16-mixed (subprocesses)")
+    seeds.add_argument("--out", type=Path, default=Path("outputs/bench_precision"),
+                       help="run directories; finished runs are reused")
+    seeds.add_argument("--models", nargs="+", default=list(SEED_MODELS))
+    seeds.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    seeds.add_argument("overrides", nargs="*", help="extra training overrides for every run")
+    args = parser.parse_args(argv)
+    if args.what == "steps":
+        if args.precision:  # the same refusals as a training run (16-mixed off CUDA names bf16-mixed)
+            from ..errors import ConfigError
+            from ..runtime.precision import resolve_precision
+
+            try:
+                resolve_precision(args.precision, args.device)
+            except ConfigError as exc:
+                parser.error(str(exc))
+        bench_steps(args.device, args.repeats, args.batch_size, args.only, args.precision)
+    elif args.what == "terms":
+        bench_terms(args.n, args.d, args.repeats, args.device)
+    elif args.what == "data":
+        bench_data(args.n, args.batch_sizes, args.repeats, args.device)
+    elif args.what == "metrics":
+        ok = bench_metrics(args.n, args.latents, args.repeats, args.device, args.continuous, args.seed)
+        raise SystemExit(0 if ok else 1)
+    elif args.what == "tf32":
+        from .tf32 import bench_tf32
+
+        bench_tf32(bench_model, sync, args.device, args.batch_size, args.repeats, args.only)
+    elif args.what == "precision":
+        raise SystemExit(0 if compare_precisions(args.out, args.models, args.seeds, args.overrides) else 1)

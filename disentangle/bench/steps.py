@@ -1,0 +1,188 @@
+"""``python -m disentangle.bench steps``: one full training step (forward, all loss terms, backward, optimizer step)
+of the paper configurations at 64x64 with batch 64, medians and ratios against QLAE measured in the same process --
+the comparison of the Tripod paper's App. D profiling table; ``steps --precision bf16-mixed`` times each case in
+fp32 and bf16 alternately and prints both and their ratio.
+
+:class:`StepTimer` is the one timed training step of the project: ``time_steps``, the doctor's timing and its
+concurrency workers (:mod:`disentangle.doctor.worker`) all use it.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import instantiate
+
+from ..runtime import config as _config  # noqa: F401  (registers the resolvers used by conf/)
+from ..runtime.paths import config_dir
+from ..runtime.precision import autocast_for, float32_math
+
+CONF = config_dir()
+
+# (label, overrides): QLAE first, it is the baseline of the ratios
+STEP_CASES = [
+    ("qlae", ["model=qlae"]),
+    ("ae", ["model=ae"]),
+    ("betavae", ["model=betavae"]),
+    ("betatcvae", ["model=betatcvae"]),
+    ("bioae", ["model=bioae"]),
+    ("vqvae", ["model=vqvae"]),
+    ("vqvae_wd", ["model=vqvae_wd"]),
+    ("qlae_no_wd", ["model=qlae_no_wd"]),
+    ("qlae_global_codebook", ["model=qlae_global_codebook"]),
+    ("qlae + klm", ["model=qlae", "+regularizer=klm"]),
+    ("qlae, tripod arch", ["model=qlae", "model/arch=tripod"]),  # the Tripod paper's QLAE baseline
+    ("betatcvae, tripod arch", ["model=betatcvae", "model/arch=tripod"]),  # Tripod's beta-TCVAE baseline
+    ("tripod w/o nhp", ["model=tripod_no_nhp"]),
+    ("tripod_naive", ["model=tripod_naive"]),
+    ("tripod", ["model=tripod"]),
+    ("tripod_no_klm", ["model=tripod_no_klm"]),
+    ("tripod_finer", ["model=tripod_finer"]),
+    ("ae_fq", ["model=ae_fq"]),  # the FactorQVAE paper's family, on its DALL-E-style networks
+    ("betavae_fq", ["model=betavae_fq"]),
+    ("bioae_fq", ["model=bioae_fq"]),
+    ("qlae_fq", ["model=qlae_fq"]),
+    ("qvae", ["model=qvae"]),
+    ("dvae", ["model=dvae"]),
+    ("factorqvae", ["model=factorqvae"]),
+    # disentanglement_lib's 6-hidden-layer discriminator, the FactorQVAE family's default until issue 33
+    ("factorqvae, 6-layer disc.", ["model=factorqvae", "model.regularizers.tc_discriminator.layers=6"]),
+    ("factordvae", ["model=factordvae"]),
+    ("factorvae", ["model=factorvae"]),
+    ("dvae_friede", ["model=dvae_friede"]),  # Friede et al.'s, on disentanglement_lib's networks
+    ("factordvae_friede", ["model=factordvae_friede"]),
+    ("vae_friede", ["model=vae_friede"]),
+    ("factorvae_friede", ["model=factorvae_friede"]),
+    ("dvae_friede_masked + sup", ["model=dvae_friede_masked", "+regularizer=supervision"]),  # + a labelled batch
+    ("factordvae_friede_masked + sup", ["model=factordvae_friede_masked", "+regularizer=supervision"]),
+    # Locatello et al.'s models that Friede et al. quote (starred rows), on the same networks
+    ("betavae_friede", ["model=betavae_friede"]),
+    ("betatcvae_friede", ["model=betatcvae_friede"]),
+    ("betatcvae_friede_chen", ["model=betatcvae_friede_chen"]),  # Chen et al.'s decomposition on the same nets
+    ("dip_vae_i_friede", ["model=dip_vae_i_friede"]),
+    ("dip_vae_ii_friede", ["model=dip_vae_ii_friede"]),
+    ("annealed_vae_friede", ["model=annealed_vae_friede"]),
+    ("betavae + cliff", ["model=betavae", "+regularizer=cliff"]),  # Cliff's KDE terms on the QLAE-paper beta-VAE
+    ("betavae + hfs", ["model=betavae", "+regularizer=hfs"]),
+    ("ae + ioss", ["model=ae", "+regularizer=ioss"]),
+    ("cliff_shapes3d", ["experiment=cliff_shapes3d"]),  # Cliff's Shapes3D run: dlib networks, summed BCE
+    ("cliff_balls", ["model=cliff_balls"]),  # Cliff Table 2: Lachapelle et al.'s ResNet-18 encoder + MLP decoder
+    ("ioss_balls", ["model=ioss_balls"]),
+    ("additive_decoder_balls", ["model=additive_decoder_balls"]),
+    # the QLAE paper's GANs: one iteration = an encoder/critic update (+ gradient penalty), a generator update every
+    # n_critic-th (timed over whole periods, see time_steps)
+    ("infowgan_gp", ["model=infowgan_gp"]),
+    ("qlinfowgan_gp", ["model=qlinfowgan_gp"]),
+    ("qlinfowgan_gp_no_wd", ["model=qlinfowgan_gp_no_wd"]),
+    ("wgan_gp", ["model=wgan_gp"]),
+]
+DATASET_SIZE = 480_000  # Shapes3D's, for beta-TCVAE's minibatch-weighted sampling
+
+
+def bench_model(overrides, batch_size, resolution: int = 64):
+    """A case's model, composed as ``python -m disentangle.train`` would on procedural data, at ``resolution``
+    (64x64, the papers')."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides) + ["data=shapes2d", "paths.output_dir=/tmp/bench",
+                                                            f"model.batch_size={batch_size}"])
+    model = instantiate(cfg.model, in_channels=3, resolution=resolution, dataset_size=DATASET_SIZE)
+    if any(reg.needs_data for reg in model.regularizers.values()):  # the labelled examples a Trainer's setup draws
+        from ..data import ProceduralDataModule
+
+        model.attach_data(ProceduralDataModule("shapes2d", eval_size=10))
+    return model
+
+
+def sync(device):
+    """Wait for the device's queued work (CUDA), so a timer measures it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class StepTimer:
+    """One case's model, optimizers and batch, ready to time training steps (:meth:`step`, :meth:`run`); ``overrides``
+    are the case's (:data:`STEP_CASES`) and any others, ``resolution`` the images' side."""
+
+    def __init__(self, overrides, device, batch_size: int = 64, precision: str = "32-true", resolution: int = 64):
+        self.device, self.precision = torch.device(device), precision
+        self.model = bench_model(overrides, batch_size, resolution).to(self.device)
+        # TF32 on CUDA as a run of this model sets it (tf32: auto; disentangle.runtime.run.precision_of)
+        float32_math(self.device.type, not any(reg.exact_float32 for reg in self.model.regularizers.values()))
+        configured = self.model.configure_optimizers()
+        self.optimizers, self.schedulers = configured if isinstance(configured, tuple) else ([configured], [])
+        self.x = torch.rand(batch_size * (2 if self.model.split_batch else 1), 3, resolution, resolution,
+                            device=self.device)
+        self.period = self.model.steps_per_period
+
+    def run(self, periods: int = 1) -> float:
+        """Train ``periods`` whole periods (one iteration each for every model but the GANs, whose period is
+        ``n_critic`` iterations), the device synchronised before and after only; seconds per iteration."""
+        sync(self.device)
+        start = time.perf_counter()
+        for _ in range(periods * self.period):
+            with autocast_for(self.precision, self.device):
+                self.model.optimization_step(self.x, self.optimizers)
+            for scheduler in self.schedulers:
+                scheduler.step()
+        sync(self.device)
+        return (time.perf_counter() - start) / max(1, periods * self.period)
+
+    def step(self) -> float:
+        """Seconds per iteration of one whole period."""
+        return self.run(1)
+
+
+def time_steps(overrides, device, batch_size=64, repeats=10, warmup=2, precision: str = "32-true") -> list[float]:
+    """Seconds per :meth:`Autoencoder.optimization_step` (the model's update, then any discriminator's) and lr
+    scheduler step; a model whose discriminator takes a second half-batch gets 2 x ``batch_size`` images, so its
+    own update sees ``batch_size`` like the others. A GAN (``n_critic``) is timed over whole periods of n_critic
+    iterations (one generator update each) and reported per iteration, so its generator updates are amortised.
+    ``precision="bf16-mixed"`` (or ``"16-mixed"`` on CUDA) runs each step under autocast, as a Trainer would."""
+    timer = StepTimer(overrides, device, batch_size, precision)
+    times = [timer.step() for _ in range(warmup + repeats)]
+    return times[warmup:]
+
+
+def time_alternating(overrides, device, batch_size: int, repeats: int, precisions, warmup: int = 1
+                     ) -> dict[str, list[float]]:
+    """Seconds per step of one case in each of ``precisions``, the precisions' steps interleaved one by one after
+    ``warmup`` steps each (a drift in the machine's speed hits all of them alike)."""
+    timers = {p: StepTimer(overrides, device, batch_size, p) for p in precisions}
+    for timer in timers.values():
+        for _ in range(warmup):
+            timer.step()
+    times: dict[str, list[float]] = {p: [] for p in precisions}
+    for _ in range(repeats):
+        for p, timer in timers.items():
+            times[p].append(timer.step())
+    return times
+
+
+def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | None = None,
+                precision: str | None = None) -> None:
+    """Seconds per training step of every case (or those whose label contains one of ``only``), each as a ratio to
+    QLAE's, measured first in the same process. With ``precision`` (``bf16-mixed``, or ``16-mixed`` on CUDA) each
+    case is timed in fp32 and in that precision, ``repeats`` steps each interleaved one by one
+    (:func:`time_alternating`), and the table gives both medians and their ratio."""
+    dev = torch.device(device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    cases = [c for c in STEP_CASES if c[0] == "qlae" or not only or any(o in c[0] for o in only)]
+    if precision in (None, "32-true"):
+        print(f"training step, 64x64, batch {batch_size}, {name}, median of {repeats}")
+        base = None
+        for label, overrides in cases:
+            med = statistics.median(time_steps(overrides, dev, batch_size, repeats))
+            base = base or med
+            print(f"  {label:<26} {med:8.3f} s/step   x{med / base:5.2f} vs qlae", flush=True)
+        return
+    print(f"training step, 64x64, batch {batch_size}, {name}: 32-true vs {precision} steps interleaved, median of "
+          f"{repeats} each after 1 warm-up step")
+    print(f"  {'case':<26} {'32-true':>10} {precision:>12} {'speed-up':>9}")
+    for label, overrides in cases:
+        times = time_alternating(overrides, dev, batch_size, repeats, ("32-true", precision))
+        fp32, mixed = statistics.median(times["32-true"]), statistics.median(times[precision])
+        print(f"  {label:<26} {fp32:8.3f} s {mixed:10.3f} s {fp32 / mixed:8.2f}x", flush=True)

@@ -1,0 +1,7 @@
+"""``python -m disentangle.doctor ...``: see :mod:`disentangle.doctor`."""
+import sys
+
+from .command import main
+
+if __name__ == "__main__":
+    sys.exit(main())
