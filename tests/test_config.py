@@ -1,6 +1,8 @@
 """Config composition: every model x data pair, per-(model, data) values, attaching regularizers."""
+import re
+
 import pytest
-from conftest import CONF, DATASETS, MODELS, compose_config, run_cli
+from conftest import CONF, DATASETS, MODELS, ROOT, compose_config, run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
@@ -230,3 +232,26 @@ def test_every_model_config_has_a_bench_steps_entry():
     timed = {o.split("=", 1)[1] for _, overrides in STEP_CASES for o in overrides if o.startswith("model=")}
     assert not sorted(set(MODELS) - timed), f"models without a bench steps entry: {sorted(set(MODELS) - timed)}"
 
+
+def _measured_rows(page: str, command: str) -> dict[str, list[str]]:
+    """The rows of ``page``'s comparison tables whose first cell is ``command`` with a model: model -> the cells."""
+    rows = {}
+    for line in (ROOT / page).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        match = re.fullmatch(rf"`{command}model=(\w+)`( \(default\))?", cells[0]) if line.startswith("|") else None
+        if match and "+regularizer" not in cells[0]:
+            rows[match.group(1)] = cells[1:]
+    return rows
+
+
+def test_every_model_config_has_a_measured_quickstart_row():
+    """Every method has a measured row on the quickstart budget (issue 30 item 4): the quickstart comparison of
+    docs/getting-started.md (`experiment=quickstart`), or, for Cliff's balls models, whose networks and MCC belong to
+    the balls data, docs/methods/cliff.md's table of `experiment=cliff_balls_quickstart`. A row is measured: every
+    cell a number."""
+    rows = _measured_rows("docs/getting-started.md", "")
+    rows |= _measured_rows("docs/methods/cliff.md", "experiment=cliff_balls_quickstart ")
+    missing = sorted(set(MODELS) - set(rows))
+    assert not missing, f"models without a measured quickstart row: {missing}"
+    for model, cells in rows.items():
+        assert cells and all(re.fullmatch(r"-?\d+(\.\d+)?( s)?", c) for c in cells), (model, cells)
