@@ -9,8 +9,8 @@ import torch
 from .batches import bench_data
 from .evaluation import bench_metrics
 from .seeds import MODELS as SEED_MODELS
-from .seeds import compare_precisions
-from .steps import bench_model, bench_steps, sync
+from .seeds import compare_compiled, compare_precisions
+from .steps import bench_compiled, bench_model, bench_steps, sync
 from .terms import bench_terms
 
 
@@ -26,6 +26,8 @@ def main(argv=None) -> None:
                        help="cases whose label contains one of these (qlae, the baseline, always runs)")
     steps.add_argument("--precision", default=None, choices=["32-true", "bf16-mixed", "16-mixed"],
                        help="time fp32 and this precision alternately and print their ratio")
+    steps.add_argument("--compile", action="store_true",
+                       help="time every case eager and compiled (trainer.compile=true), with the compile costs")
     terms = sub.add_parser("terms", help="Cliff, IOSS and HFS alone against the Cliff paper's Shapes3D step")
     terms.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     terms.add_argument("--n", type=int, default=64, help="batch size (Shapes3D's: 64)")
@@ -54,6 +56,8 @@ def main(argv=None) -> None:
                        help="run directories; finished runs are reused")
     seeds.add_argument("--models", nargs="+", default=list(SEED_MODELS))
     seeds.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    seeds.add_argument("--compile", action="store_true",
+                       help="eager against compiled (trainer.compile=true), both fp32, instead of fp32 against bf16")
     seeds.add_argument("overrides", nargs="*", help="extra training overrides for every run")
     args = parser.parse_args(argv)
     if args.what == "steps":
@@ -65,7 +69,10 @@ def main(argv=None) -> None:
                 resolve_precision(args.precision, args.device)
             except ConfigError as exc:
                 parser.error(str(exc))
-        bench_steps(args.device, args.repeats, args.batch_size, args.only, args.precision)
+        if args.compile:
+            bench_compiled(args.device, args.repeats, args.batch_size, args.only, args.precision)
+        else:
+            bench_steps(args.device, args.repeats, args.batch_size, args.only, args.precision)
     elif args.what == "terms":
         bench_terms(args.n, args.d, args.repeats, args.device)
     elif args.what == "data":
@@ -78,4 +85,5 @@ def main(argv=None) -> None:
 
         bench_tf32(bench_model, sync, args.device, args.batch_size, args.repeats, args.only)
     elif args.what == "precision":
-        raise SystemExit(0 if compare_precisions(args.out, args.models, args.seeds, args.overrides) else 1)
+        compare = compare_compiled if args.compile else compare_precisions
+        raise SystemExit(0 if compare(args.out, args.models, args.seeds, args.overrides) else 1)

@@ -17,6 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
 from ..runtime import config as _config  # noqa: F401  (registers the resolvers used by conf/)
+from ..runtime.compilation import compile_options
 from ..runtime.paths import config_dir
 from ..runtime.precision import autocast_for, float32_math
 
@@ -107,9 +108,12 @@ class StepTimer:
     """One case's model, optimizers and batch, ready to time training steps (:meth:`step`, :meth:`run`); ``overrides``
     are the case's (:data:`STEP_CASES`) and any others, ``resolution`` the images' side."""
 
-    def __init__(self, overrides, device, batch_size: int = 64, precision: str = "32-true", resolution: int = 64):
+    def __init__(self, overrides, device, batch_size: int = 64, precision: str = "32-true", resolution: int = 64,
+                 compiled: bool = False):
         self.device, self.precision = torch.device(device), precision
         self.model = bench_model(overrides, batch_size, resolution).to(self.device)
+        if compiled:  # as trainer.compile=true does (disentangle.runtime.compilation); compiled at the first step
+            self.model.compile_networks(**compile_options())
         # TF32 on CUDA as a run of this model sets it (tf32: auto; disentangle.runtime.run.precision_of)
         float32_math(self.device.type, not any(reg.exact_float32 for reg in self.model.regularizers.values()))
         configured = self.model.configure_optimizers()
@@ -186,3 +190,71 @@ def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | No
         times = time_alternating(overrides, dev, batch_size, repeats, ("32-true", precision))
         fp32, mixed = statistics.median(times["32-true"]), statistics.median(times[precision])
         print(f"  {label:<26} {fp32:8.3f} s {mixed:10.3f} s {fp32 / mixed:8.2f}x", flush=True)
+
+
+def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, warmup: int = 1) -> dict:
+    """One case eager and compiled in each of ``precisions``, the four (or two) timers' steps interleaved one by one
+    after ``warmup`` steps each. Returns {(precision, compiled): seconds per step} medians and the compile costs:
+    ``cold`` = the compiled timer's first period minus an eager period, in an empty compile cache of its own; ``warm``
+    = the same after ``torch.compiler.reset()`` and clearing the in-memory kernels, with that cache now filled (what a
+    sweep's later job pays, but for its process start)."""
+    import tempfile
+
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    from torch._inductor.utils import clear_caches
+
+    timers = {}
+    cost = {}
+    for p in precisions:
+        eager = StepTimer(overrides, device, batch_size, p)
+        eager_first = eager.step()
+        with tempfile.TemporaryDirectory(prefix="bench_compile_") as cache, temporary_cache_dir(cache):
+            compiled = StepTimer(overrides, device, batch_size, p, compiled=True)
+            cold_first = compiled.step()  # an empty cache: everything is compiled
+            baseline = statistics.median([eager.step() for _ in range(max(1, warmup))])
+            torch.compiler.reset()  # forget the compiled frames and the in-memory kernels; the on-disk cache stays
+            clear_caches()
+            warm = StepTimer(overrides, device, batch_size, p, compiled=True)
+            warm_first = warm.step()
+        cost[p] = {"cold": max(0.0, cold_first - baseline), "warm": max(0.0, warm_first - baseline),
+                   "eager_first": eager_first}
+        timers[(p, False)], timers[(p, True)] = eager, warm
+        for _ in range(max(0, warmup - 1)):
+            warm.step()
+    times: dict = {key: [] for key in timers}
+    for _ in range(repeats):
+        for key, timer in timers.items():
+            times[key].append(timer.step())
+    return {"median": {key: statistics.median(v) for key, v in times.items()}, "cost": cost}
+
+
+def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] | None = None,
+                   precision: str | None = None) -> list[dict]:
+    """``bench steps --compile``: every case (or those matching ``only``) eager and compiled, in fp32 and, with
+    ``precision``, in that precision too, steps interleaved (:func:`time_compiled`); speed-ups are against eager fp32
+    of the same case. Prints the table as it goes and returns its rows."""
+    dev = torch.device(device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    precisions = ["32-true"] + ([precision] if precision not in (None, "32-true") else [])
+    cases = [c for c in STEP_CASES if not only or any(o in c[0] for o in only)]
+    print(f"training step, 64x64, batch {batch_size}, {name}: eager vs compiled (trainer.compile=true), steps "
+          f"interleaved, median of {repeats}; compile cost = first compiled step - an eager step, cold (empty cache) "
+          f"and warm (cache filled, Dynamo reset)")
+    head = f"  {'case':<30} {'eager fp32':>10} {'compiled':>9} {'x':>5}"
+    for p in precisions[1:]:
+        head += f" {'eager ' + p[:4]:>10} {'compiled':>9} {'x':>5}"
+    print(head + f" {'cold s':>7} {'warm s':>7}")
+    rows = []
+    for label, overrides in cases:
+        result = time_compiled(overrides, dev, batch_size, repeats, precisions)
+        med, cost = result["median"], result["cost"]
+        base = med[("32-true", False)]
+        line = f"  {label:<30} {base:8.3f} s {med[('32-true', True)]:7.3f} s {base / med[('32-true', True)]:5.2f}"
+        for p in precisions[1:]:
+            line += f" {med[(p, False)]:8.3f} s {med[(p, True)]:7.3f} s {base / med[(p, True)]:5.2f}"
+        cold = sum(c["cold"] for c in cost.values())
+        warm = sum(c["warm"] for c in cost.values())
+        print(line + f" {cold:7.1f} {warm:7.1f}", flush=True)
+        rows.append({"case": label, "median_s": {f"{p}{' compiled' if c else ''}": v for (p, c), v in med.items()},
+                     "compile_cold_s": cold, "compile_warm_s": warm})
+    return rows

@@ -162,8 +162,9 @@ class Autoencoder(LatentModel):
 
     def step_terms(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float], StepContext]:
         """:meth:`loss_terms` plus the step's context (what adversarial regularizers train on)."""
-        pre = self.encoder(x)
+        pre = self.network("encoder")(x)
         latent = self.run_latent(pre)
+        decoder = None if self.decoder is None else self.network("decoder")
         needs = {name for reg in self.regularizers.values() for name in reg.needs_activations}
         activations: dict[str, torch.Tensor] = {}
         terms: dict[str, torch.Tensor] = {}
@@ -172,16 +173,16 @@ class Autoencoder(LatentModel):
             logits = None
         else:
             if needs:
-                logits, activations = self.decoder(latent.z, return_activations=True)
+                logits, activations = decoder(latent.z, return_activations=True)
             else:
-                logits = self.decoder(latent.z)
+                logits = decoder(latent.z)
             terms["reconstruction"] = self.reconstruction_loss(logits, x)
             weights["reconstruction"] = 1.0
         for name, value in latent.losses.items():
             terms[name] = value
             weights[name] = self.latent.weights[name] * self._scale(name, self.latent.density_terms)
         ctx = StepContext(x=x, pre=pre, latent=latent, logits=logits, activations=activations,
-                          decoder=self.decoder, dataset_size=self.dataset_size, encode=self.encode,
+                          decoder=decoder, dataset_size=self.dataset_size, encode=self.training_encode,
                           step=self.global_step)
         for reg in self.regularizers.values():
             for name, value in reg(ctx).items():

@@ -103,6 +103,7 @@ class LatentModel(pl.LightningModule):
     """
 
     requires_decoder = False  # True: ``model.arch.decoder: null`` is refused (the GANs' generator)
+    compiled_names = ("encoder", "decoder")  # the networks trainer.compile compiles (disentangle.runtime.compilation)
     n_samples_figure = 0  # generated images in samples.png at the end (models that can sample)
 
     def __init__(
@@ -191,6 +192,41 @@ class LatentModel(pl.LightningModule):
             return self.latent(pre)
         with full_precision():  # not in_float32(self.latent): wrapping a module per call would copy its __dict__
             return self.latent(pre.float())
+
+    # -- compiled networks (trainer.compile; disentangle.runtime.compilation) --------------------------------
+    def compile_networks(self, **options) -> list[str]:
+        """``torch.compile`` each of :attr:`compiled_names` and every regularizer's own networks; returns their names.
+        The compiled wrappers are kept outside the module tree (state-dict keys unchanged) and used by the training
+        step only, through :meth:`network`; evaluation keeps the eager modules, which share their weights."""
+        compiled = {name: torch.compile(getattr(self, name), **options) for name in self.compiled_names
+                    if getattr(self, name, None) is not None}
+        self.__dict__["_compiled"] = compiled  # a plain attribute: not a submodule, not in the state dict
+        names = list(compiled)
+        for key, reg in self.regularizers.items():
+            names += [f"regularizers.{key}.{name}" for name in reg.compile_networks(**options)]
+        return names
+
+    @property
+    def compiled(self) -> list[str]:
+        """The names of the networks :meth:`compile_networks` compiled (empty for an eager model)."""
+        return list(self.__dict__.get("_compiled", {}))
+
+    def network(self, name: str) -> nn.Module:
+        """The network ``name`` as a training step runs it: compiled after :meth:`compile_networks`, else the module."""
+        compiled = self.__dict__.get("_compiled")
+        return compiled[name] if compiled and name in compiled else getattr(self, name)
+
+    def network_examples(self, batch: int, generator: torch.Generator) -> list[tuple[nn.Module, torch.Tensor]]:
+        """The encoder and decoder among :attr:`compiled_names`, each with a random CPU input of a training batch's
+        shape drawn from ``generator`` (what trainer.compile=auto times before deciding)."""
+        shapes = {"encoder": (self.in_channels, self.resolution, self.resolution),
+                  "decoder": (self.latent.out_features,)}
+        return [(getattr(self, name), torch.rand(batch, *shape, generator=generator)) for name, shape in shapes.items()
+                if name in self.compiled_names and getattr(self, name) is not None]
+
+    def training_encode(self, x: torch.Tensor) -> LatentOutput:
+        """:meth:`encode` through the training step's (possibly compiled) encoder."""
+        return self.run_latent(self.network("encoder")(x))
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """The decoder's output: logits (``reconstruction="bce"``) or the centred image (``"mse"``)."""

@@ -133,6 +133,8 @@ class InfoWGAN(LatentModel):
     """
 
     requires_decoder = True  # the decoder is the generator
+    # compiled: the generator; the encoder/critic trunk runs eager (the gradient penalty's double backward)
+    compiled_names = ("decoder",)
 
     def __init__(
         self,
@@ -263,7 +265,7 @@ class InfoWGAN(LatentModel):
         with torch.no_grad():
             if z_fake is None:
                 z_fake = sample_prior(self.latent, n, x_real.device)
-            x_fake = self.to_image(self.decode(z_fake))
+            x_fake = self.to_image(self.network("decoder")(z_fake))
         values, pre = self._heads(torch.cat([x_real, x_fake]))
         v_real, v_fake = values.split(n)
         latent = self.run_latent(pre[n:])
@@ -291,7 +293,7 @@ class InfoWGAN(LatentModel):
         gradients through the sampled z_fake (generator input and MSE target) and ``quantize``, not through ẑ."""
         if z_fake is None:
             z_fake = sample_prior(self.latent, n, self.device)
-        values, pre = self._heads(self.to_image(self.decode(z_fake)))
+        values, pre = self._heads(self.to_image(self.network("decoder")(z_fake)))
         latent = self.run_latent(pre)
         terms = {"value": -values.float().mean(), "latent": latent_reconstruction(latent.z, z_fake), **latent.losses}
         return terms, self._weights(latent)

@@ -95,6 +95,10 @@ class Regularizer(nn.Module):
                 f"use a stochastic latent (model/latent=gaussian or model/latent=gumbel_quantizer)"
             )
 
+    def compile_networks(self, **options) -> list[str]:
+        """Compile the networks this regularizer trains on its own (trainer.compile); their names. None by default."""
+        return []
+
     def forward(self, ctx: StepContext) -> dict[str, torch.Tensor]:  # pragma: no cover - interface
         raise NotImplementedError
 

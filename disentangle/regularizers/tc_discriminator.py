@@ -161,6 +161,12 @@ class AdversarialTotalCorrelation(Regularizer):
         logits = discriminator_logits(self.discriminator, ctx.latent.sample, frozen)
         return {self.term: tc_estimate(logits).mean()}
 
+    def compile_networks(self, **options) -> list[str]:
+        """D's own update runs compiled (kept outside the module tree); inside the model's loss D runs eager, through
+        ``functional_call`` with detached parameters (disentangle.runtime.compilation)."""
+        self.__dict__["_compiled_discriminator"] = torch.compile(self.discriminator, **options)
+        return ["discriminator"]
+
     def configure_optimizer(self):
         opt = torch.optim.Adam(self.discriminator.parameters(), **self.optimizer_cfg)
         return opt, build_scheduler(opt, self.schedule, "discriminator schedule")
@@ -181,13 +187,14 @@ class AdversarialTotalCorrelation(Regularizer):
         joint = ctx.latent.sample.detach()
         if self.uses_second_batch:
             with torch.no_grad():  # the updated encoder, sampling as in training
-                source = model.encode(x_aux).sample
+                source = model.training_encode(x_aux).sample
         else:
             source = joint
         permuted = permute_across_processes(source, self.n_latents, self.permutation_generator(ctx.step))
         optimizer.zero_grad(set_to_none=True)
-        joint_logits = discriminator_logits(self.discriminator, joint)
-        permuted_logits = discriminator_logits(self.discriminator, permuted)
+        net = self.__dict__.get("_compiled_discriminator", self.discriminator)
+        joint_logits = discriminator_logits(net, joint)
+        permuted_logits = discriminator_logits(net, permuted)
         loss = discriminator_loss(joint_logits, permuted_logits)
         if model is not None:
             model.backward_update(loss)  # through Lightning: under DDP, D's gradients averaged across processes

@@ -246,7 +246,7 @@ def job_placement(cfg) -> Placement:
         return Placement({"accelerator": "cpu"} if simulated and accelerator == "auto" else {}, record)
     count, explicit = request
     if count == 1:
-        sweep_dir = _sweep_dir(cfg)
+        sweep_dir = sweep_directory(cfg)
         if sweep_dir is not None:  # a multirun job: a free slot, so no GPU runs more than runs_per_gpu jobs at once
             # first choice: GPU i mod N (its (i // N)-th slot), so equal jobs land as they always did
             first = (job % n_gpus) * runs + (job // n_gpus) % runs
@@ -309,7 +309,7 @@ def release_slot() -> None:
         handle.close()
 
 
-def _sweep_dir(cfg) -> Path | None:
+def sweep_directory(cfg) -> Path | None:
     """The directory of this job's sweep (the parent of the job's output directory) in a multirun, else None."""
     try:
         from hydra.core.hydra_config import HydraConfig

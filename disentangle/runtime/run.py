@@ -21,8 +21,9 @@ from ..errors import ConfigError
 from ..metrics.suite import SCALAR_LABELS
 from . import config as _config  # noqa: F401  (registers the resolvers used by conf/)
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
+from .compilation import CompileNetworks, compile_setting, compiler_missing, use_cache_dir
 from .config import one_line, progress_enabled, progress_setting
-from .devices import job_placement, release_slot
+from .devices import job_placement, release_slot, sweep_directory
 from .precision import float32_math, resolve_precision, tf32_mode
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,12 @@ def build(cfg: DictConfig) -> Job:
             # several backward passes per step, each reaching only some networks: DDP must find the unused ones
             extra["strategy"] = "ddp_find_unused_parameters_true"
         extra.update(placement.trainer_kwargs)
-        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, precision=precision["precision"],
+        compile_cb = compile_callback(cfg, placement)
+        if compile_cb is not None:
+            callbacks.append(compile_cb)
+        trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)  # a Trainer without our own keys
+        trainer_cfg.pop("compile", None)
+        trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=logger, precision=precision["precision"],
                               enable_progress_bar=progress, enable_model_summary=False, **extra)
     except Exception as exc:  # construction errors (bad values, wrong types) become one clear line
         cause = exc
@@ -99,6 +105,24 @@ def _logger_extras(cfg: DictConfig, run_config: dict, runtime: dict) -> dict:
         return {"run_config": run_config, "runtime": runtime,
                 "key": config_key(OmegaConf.to_container(cfg, resolve=False))}
     return {}
+
+
+def compile_callback(cfg: DictConfig, placement) -> CompileNetworks | None:
+    """``trainer.compile`` checked (a bad value, or ``true`` where no compiler can build kernels, fails here in one
+    line) and its callback; a sweep's jobs share one compile cache in the sweep directory
+    (:mod:`disentangle.runtime.compilation`). None for ``false``."""
+    setting = compile_setting(cfg.trainer.get("compile", "auto"))
+    if setting == "false":
+        return None
+    device = str(placement.record.get("device", "cpu"))
+    device_type = "cuda" if device.startswith("cuda") and not placement.record.get("simulated_gpus") else "cpu"
+    missing = compiler_missing(device_type)
+    if setting == "true" and missing:
+        raise ConfigError(f"trainer.compile=true: {missing}; use trainer.compile=auto or false")
+    sweep_dir = sweep_directory(cfg)
+    if sweep_dir is not None:
+        use_cache_dir(sweep_dir / ".compile_cache")
+    return CompileNetworks(setting)
 
 
 def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict:

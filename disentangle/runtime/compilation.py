@@ -1,0 +1,209 @@
+"""``torch.compile`` where it pays (``trainer.compile``: auto, true, false).
+
+What is compiled: the networks a training step runs, each on its own (``torch.compile(network)``, kept outside the
+module tree so checkpoints keep their keys): the encoder and decoder of an autoencoder (the decoder passes of a
+Hessian penalty included), a GAN's generator, a TC discriminator. The model reaches them through
+:meth:`~disentangle.models.base.LatentModel.network`; everything else (the latent module and the fp32 islands, the
+losses, the optimizers) runs eager.
+
+What runs eager by design:
+
+* **evaluation** (``represent``, ``embed``, the figures, ``evaluate``): its batch sizes vary, and a static graph
+  per size would recompile; it goes through the eager modules, which share the compiled ones' weights;
+* **a GAN's encoder/critic trunk and critic head**: the gradient penalty differentiates the critic's input gradient
+  (a double backward), which compiled graphs do not support;
+* **the TC discriminator inside the model's loss**: it runs with detached parameters through
+  ``torch.func.functional_call`` (its own update, the larger pass, is compiled).
+
+Graphs are static (``dynamic=False``): a network sees a few fixed shapes (the training batch, a Hessian penalty's
+perturbed batch, a labelled batch), each compiled once and then reused; :func:`compile_counts` counts them, and the
+tests bound them.
+
+``auto`` decides once per run, before the first step, from a measurement: the networks' eager forward and backward
+pass on a batch of the run's shape is timed on copies (:func:`probe_seconds`), and the networks are compiled when the
+time the remaining steps would save, at the expected speed-up, exceeds the expected compile cost
+(:data:`EXPECTED`, from ``python -m disentangle.bench steps --compile``; docs/benchmarks.md). The decision is stored
+in the checkpoint, and a resumed ``auto`` run keeps it, so that a run resumed compiled continues as it started.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+
+import pytorch_lightning as pl
+import torch
+
+from ..checks import check_one_of
+from ..errors import ConfigError
+from .precision import autocast_for
+
+log = logging.getLogger(__name__)
+
+SETTINGS = ("auto", "true", "false")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What compiling is expected to give on a device type: ``speedup`` of the compiled networks' forward and
+    backward pass, and the one-time ``cost_s`` of compiling them (cold cache), from the benchmark's table."""
+
+    speedup: float
+    cost_s: float
+
+
+# Conservative figures (docs/benchmarks.md, "Compiled steps"): the smallest speed-up of the networks measured and the
+# largest cold compile cost of the paper models, so that `auto` compiles only runs that clearly gain.
+EXPECTED = {
+    "cpu": Expectation(speedup=1.3, cost_s=180.0),
+    "cuda": Expectation(speedup=1.3, cost_s=120.0),
+}
+
+
+def compile_setting(value) -> str:
+    """``trainer.compile`` as one of :data:`SETTINGS` (YAML booleans accepted); one ConfigError line otherwise."""
+    text = str(value).lower() if isinstance(value, bool) or value is not None else "none"
+    try:
+        check_one_of("trainer.compile", text, SETTINGS)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return text
+
+
+def compiler_missing(device_type: str) -> str | None:
+    """Why ``torch.compile`` cannot build kernels for ``device_type`` here (None when it can): on the CPU Inductor
+    needs a C++ compiler, on CUDA Triton."""
+    if device_type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else "Triton is not installed (pip install triton)"
+    if device_type == "cpu":
+        cxx = os.environ.get("CXX", "g++")
+        if shutil.which(cxx) or shutil.which("clang++"):
+            return None
+        return f"no C++ compiler ({cxx}) on PATH: Inductor builds the CPU kernels with one"
+    return f"torch.compile is not used on {device_type}"
+
+
+def compile_options() -> dict:
+    """The options every network is compiled with: static shapes (see the module docstring)."""
+    return {"dynamic": False}
+
+
+def use_cache_dir(path) -> None:
+    """Inductor's compile cache in ``path`` for this process, unless ``TORCHINDUCTOR_CACHE_DIR`` is set: a sweep's jobs
+    share one, so only the first pays the cold compile (``disentangle.runtime.run.build``)."""
+    if path and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.makedirs(path, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+
+
+def probe_seconds(model, batch: int, device, precision: str, repeats: int = 1) -> float:
+    """Seconds of one eager forward and backward pass of the networks ``model`` compiles among its encoder and decoder
+    (``model.network_examples``) on a random batch of the run's shape, under the run's precision: median of
+    ``repeats`` after one warm-up. Runs on copies, with a generator of its own, so the run's weights, BatchNorm
+    statistics and random streams are untouched."""
+    examples = model.network_examples(batch, torch.Generator(device="cpu").manual_seed(0))
+    if not examples:
+        return 0.0
+    nets = [copy.deepcopy(net).to(device).train() for net, _ in examples]
+    data = [x.to(device) for _, x in examples]
+    cuda = torch.device(device).type == "cuda"
+
+    def once() -> float:
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        with autocast_for(precision, device):
+            total = sum(net(x).float().sum() for net, x in zip(nets, data))
+        total.backward()
+        if cuda:
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    once()
+    times = sorted(once() for _ in range(max(1, repeats)))
+    return times[len(times) // 2]
+
+
+@dataclass
+class Decision:
+    """Whether a run compiles, and why (recorded in metrics.json's runtime and the checkpoint)."""
+
+    compiled: bool
+    reason: str
+    probe_s: float | None = None
+
+    def record(self) -> dict:
+        out = {"compiled": self.compiled, "compile_reason": self.reason}
+        if self.probe_s is not None:
+            out["compile_probe_s"] = round(self.probe_s, 6)
+        return out
+
+
+def decide_auto(probe_s: float, remaining_steps: int, device_type: str) -> Decision:
+    """The ``auto`` rule: compile when ``remaining_steps`` x the networks' eager time ``probe_s`` x (1 - 1/speed-up)
+    exceeds the compile cost (:data:`EXPECTED` for ``device_type``)."""
+    expected = EXPECTED.get(device_type)
+    if expected is None:
+        return Decision(False, f"auto: not compiled on {device_type}")
+    saving = remaining_steps * probe_s * (1 - 1 / expected.speedup)
+    verdict = saving > expected.cost_s
+    return Decision(verdict, f"auto: {remaining_steps} steps x {probe_s:.4f} s of networks x "
+                             f"(1 - 1/{expected.speedup}) = {saving:.0f} s saved "
+                             f"{'>' if verdict else '<='} {expected.cost_s:.0f} s to compile", probe_s)
+
+
+def compile_counts() -> dict[str, int]:
+    """Graphs Dynamo has compiled in this process so far (``unique_graphs``) and frames it recompiled
+    (``recompilations``): what the tests bound."""
+    from torch._dynamo.utils import counters
+
+    return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
+            "recompilations": int(sum(counters["recompiles"].values()))}
+
+
+class CompileNetworks(pl.Callback):
+    """Compile the model's networks at ``on_fit_start`` when ``setting`` (``trainer.compile``) says so."""
+
+    def __init__(self, setting: str = "auto"):
+        self.setting = compile_setting(setting)
+        self.decision: Decision | None = None
+        self._resumed: dict | None = None  # the decision stored in the checkpoint being resumed
+
+    def state_dict(self) -> dict:
+        return {"setting": self.setting, **(self.decision.record() if self.decision else {})}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._resumed = dict(state_dict)
+
+    def decide(self, trainer: pl.Trainer, pl_module) -> Decision:
+        """What this run does: the setting, or for ``auto`` the resumed run's decision or the probe's rule."""
+        if self.setting != "auto":
+            return Decision(self.setting == "true", f"trainer.compile={self.setting}")
+        if self._resumed is not None and "compiled" in self._resumed:
+            return Decision(bool(self._resumed["compiled"]), "auto: as decided when the run started (checkpoint)")
+        if trainer.ckpt_path is not None:  # a checkpoint from before trainer.compile: that run was eager
+            return Decision(False, "auto: resumed from a checkpoint without a compile decision (it ran eager)")
+        device_type = pl_module.device.type
+        missing = compiler_missing(device_type)
+        if missing:
+            return Decision(False, f"auto: {missing}")
+        batch = max(1, pl_module.batch_size // max(1, trainer.world_size))
+        probe = probe_seconds(pl_module, batch, pl_module.device, str(trainer.precision))
+        return decide_auto(probe, int(trainer.max_steps) - int(trainer.global_step), device_type)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module) -> None:
+        decision = self.decide(trainer, pl_module)
+        if trainer.world_size > 1:  # one decision for every process (a probe's timing differs per process)
+            decision = trainer.strategy.broadcast(decision, src=0)
+        if decision.compiled and not pl_module.compiled:
+            names = pl_module.compile_networks(**compile_options())
+            log.info("compiled %s (%s)", ", ".join(names), decision.reason)
+        else:
+            log.info("networks run eager (%s)", decision.reason)
+        pl_module.runtime.update(decision.record())
+        self.decision = decision
