@@ -94,7 +94,7 @@ def bench_model(overrides, batch_size, resolution: int = 64):
     if any(reg.needs_data for reg in model.regularizers.values()):  # the labelled examples a Trainer's setup draws
         from ..data import ProceduralDataModule
 
-        model.attach_data(ProceduralDataModule("shapes2d", eval_size=10))
+        model.attach_data(ProceduralDataModule("shapes2d", resolution=resolution, eval_size=10))
     return model
 
 

@@ -67,9 +67,7 @@ def build(cfg: DictConfig) -> Job:
             # several backward passes per step, each reaching only some networks: DDP must find the unused ones
             extra["strategy"] = "ddp_find_unused_parameters_true"
         extra.update(placement.trainer_kwargs)
-        compile_cb = compile_callback(cfg, placement)
-        if compile_cb is not None:
-            callbacks.append(compile_cb)
+        callbacks.append(compile_callback(cfg, placement))
         trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)  # a Trainer without our own keys
         trainer_cfg.pop("compile", None)
         trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=logger, precision=precision["precision"],
@@ -107,13 +105,13 @@ def _logger_extras(cfg: DictConfig, run_config: dict, runtime: dict) -> dict:
     return {}
 
 
-def compile_callback(cfg: DictConfig, placement) -> CompileNetworks | None:
+def compile_callback(cfg: DictConfig, placement) -> CompileNetworks:
     """``trainer.compile`` checked (a bad value, or ``true`` where no compiler can build kernels, fails here in one
     line) and its callback; a sweep's jobs share one compile cache in the sweep directory
-    (:mod:`disentangle.runtime.compilation`). None for ``false``."""
+    (:mod:`disentangle.runtime.compilation`)."""
     setting = compile_setting(cfg.trainer.get("compile", "auto"))
     if setting == "false":
-        return None
+        return CompileNetworks(setting)  # still there: its decision goes into the checkpoint
     device = str(placement.record.get("device", "cpu"))
     device_type = "cuda" if device.startswith("cuda") and not placement.record.get("simulated_gpus") else "cpu"
     missing = compiler_missing(device_type)
