@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from conftest import FAST, compose_config
+from conftest import FAST, ROOT, compose_config, run_cli
 
 from disentangle.bench import StepTimer
 from disentangle.errors import ConfigError
@@ -19,6 +19,7 @@ from disentangle.runtime.compilation import (
     compiler_missing,
     decide_auto,
 )
+from disentangle.runtime.devices import SIMULATE_VARIABLE
 from disentangle.runtime.families import FAMILIES, family_label
 from disentangle.runtime.precision import autocast_for
 from disentangle.runtime.run import build, train
@@ -196,3 +197,34 @@ def test_settings_accept_yaml_booleans():
     assert compile_setting(True) == "true"
     assert compile_setting(False) == "false"
     assert compile_setting("auto") == "auto"
+
+
+# -- processes: data parallel, and a gpu_node sweep sharing one compile cache ------------------------------------
+def test_compiled_ddp_keeps_the_processes_identical(tmp_path):
+    """trainer=ddp with 2 processes (gloo) and trainer.compile=true, FactorVAE (encoder, decoder and TC discriminator
+    compiled): both processes end with the same weights."""
+    dump = tmp_path / "ranks"
+    ddp = [o for o in FAST if o != "print_summary=false"]
+    res = run_cli(*ddp, "print_summary=false", "trainer=ddp", "trainer.devices=2", "data=shapes2d", "model=factorvae",
+                  "trainer.compile=true", "+callbacks.rank_dump._target_=ddp_probe.RankStateDump",
+                  f"+callbacks.rank_dump.path={dump}", f"hydra.run.dir={tmp_path / 'run'}", timeout=600,
+                  env={"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])})
+    assert res.returncode == 0, res.stderr[-3000:]
+    runtime = json.loads((tmp_path / "run" / "metrics.json").read_text())["runtime"]
+    assert runtime["compiled"] is True
+    a, b = (torch.load(dump / f"rank{r}.pt", weights_only=False)["state_dict"] for r in range(2))
+    assert a["encoder.convs.0.weight"].ne(0).any()
+    assert not [k for k in a if not torch.equal(a[k], b[k])]
+
+
+def test_a_gpu_node_sweep_shares_one_compile_cache_so_later_jobs_start_warm(tmp_path):
+    """hydra/launcher=gpu_node (one simulated GPU, one run at a time) with trainer.compile=true: the jobs compile into
+    the sweep's .compile_cache, and the second job's first step (its compile) is much shorter than the first's."""
+    env = {SIMULATE_VARIABLE: "1"}
+    res = run_cli("-m", *FAST, "model=qlae", "data=shapes2d", "trainer.compile=true", "hydra/launcher=gpu_node",
+                  "seed=0,1", f"hydra.sweep.dir={tmp_path}", env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    first = [json.loads(next(tmp_path.glob(f"{job}_*/metrics.json")).read_text())["runtime"] for job in (0, 1)]
+    assert all(r["compiled"] for r in first)
+    assert any((tmp_path / ".compile_cache").rglob("*.py")), "nothing in the sweep's compile cache"
+    assert first[1]["first_step_s"] < 0.5 * first[0]["first_step_s"], first

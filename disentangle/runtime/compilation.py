@@ -94,11 +94,11 @@ def compile_options() -> dict:
 
 
 def use_cache_dir(path) -> None:
-    """Inductor's compile cache in ``path`` for this process, unless ``TORCHINDUCTOR_CACHE_DIR`` is set: a sweep's jobs
-    share one, so only the first pays the cold compile (``disentangle.runtime.run.build``)."""
-    if path and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        os.makedirs(path, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    """Inductor's compile cache in ``path`` for this process (``paths.compile_cache``, or a sweep's
+    ``.compile_cache``: its jobs share it, so only the first pays the cold compile; ``disentangle.runtime.run``). Set
+    before anything is compiled; Inductor reads it at every cache access."""
+    os.makedirs(path, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
 
 
 def probe_seconds(model, batch: int, device, precision: str, repeats: int = 1) -> float:
@@ -173,6 +173,7 @@ class CompileNetworks(pl.Callback):
         self.setting = compile_setting(setting)
         self.decision: Decision | None = None
         self._resumed: dict | None = None  # the decision stored in the checkpoint being resumed
+        self._first_step_start: float | None = None
 
     def state_dict(self) -> dict:
         return {"setting": self.setting, **(self.decision.record() if self.decision else {})}
@@ -207,3 +208,13 @@ class CompileNetworks(pl.Callback):
             log.info("networks run eager (%s)", decision.reason)
         pl_module.runtime.update(decision.record())
         self.decision = decision
+        self._first_step_start = None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
+        if "first_step_s" not in pl_module.runtime and self._first_step_start is None:
+            self._first_step_start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        """The first step's seconds (a compiled run's first step compiles): in metrics.json's runtime."""
+        if self._first_step_start is not None and "first_step_s" not in pl_module.runtime:
+            pl_module.runtime["first_step_s"] = round(time.perf_counter() - self._first_step_start, 3)

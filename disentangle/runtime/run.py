@@ -117,9 +117,12 @@ def compile_callback(cfg: DictConfig, placement) -> CompileNetworks:
     missing = compiler_missing(device_type)
     if setting == "true" and missing:
         raise ConfigError(f"trainer.compile=true: {missing}; use trainer.compile=auto or false")
+    cache = cfg.paths.get("compile_cache")
     sweep_dir = sweep_directory(cfg)
-    if sweep_dir is not None:
-        use_cache_dir(sweep_dir / ".compile_cache")
+    if cache is None and sweep_dir is not None:
+        cache = sweep_dir / ".compile_cache"
+    if cache is not None:
+        use_cache_dir(Path(str(cache)).expanduser())
     return CompileNetworks(setting)
 
 
