@@ -8,8 +8,10 @@ import json
 import math
 
 import pytest
+from rich.console import Console
 
 from disentangle.doctor import compare_evaluations, main, recommend_runs_per_gpu, run_family, time_cases
+from disentangle.doctor.tables import print_report
 from disentangle.runtime.families import FAMILIES, family_of
 
 
@@ -80,6 +82,22 @@ def test_one_paper_step_is_timed():
     (row,) = time_cases(["dvae_friede"], "cpu", ["32-true"], batch_size=8, repeats=1, warmup=0)
     assert row["status"] == "ok" and row["seconds"]["32-true"] > 0
     assert row["vs_qlae"] == {} and row["bf16_speedup"] is None  # no QLAE, no bf16 measured
+
+
+def test_a_paper_step_is_timed_compiled_with_its_compile_cost():
+    (row,) = time_cases(["dvae_friede"], "cpu", ["32-true"], batch_size=8, repeats=2, warmup=1,
+                        compiled=["dvae_friede"])
+    assert row["status"] == "ok", row["errors"]
+    assert row["seconds"]["32-true compiled"] > 0
+    assert row["compile_speedup"]["32-true"] == pytest.approx(row["seconds"]["32-true"]
+                                                              / row["seconds"]["32-true compiled"])
+    assert row["compile_s"]["32-true"] > row["seconds"]["32-true"]  # compiling costs more than a step
+    console = Console(record=True, width=160)
+    print_report({"devices": [], "families": [], "skipped": [], "ok": True, "timing": {"device": "cpu", "batch_size": 8, "resolution": 64,
+                                                         "repeats": 2, "cases": [row]}},
+                 console)
+    text = console.export_text()
+    assert "compiled (trainer.compile=true)" in text and f"{row['compile_speedup']['32-true']:.2f}" in text
 
 
 def test_recommendation_is_the_fewest_runs_near_the_best_total_throughput():

@@ -20,7 +20,7 @@ from .ddp import run_ddp_check
 from .devices import describe_devices
 from .families import family_name, run_family
 from .tables import print_report
-from .timing import CPU_TIMING_CASES, time_cases
+from .timing import COMPILE_TIMING_CASES, CPU_TIMING_CASES, time_cases
 
 PRECISIONS = ("32-true", "bf16-mixed")
 
@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timing-cases", nargs="+", metavar="LABEL",
                         help="bench step labels to time, or 'all' (default: all on CUDA; "
                              f"{', '.join(CPU_TIMING_CASES)} on a CPU)")
+    parser.add_argument("--compile-cases", nargs="*", metavar="LABEL", default=None,
+                        help=f"timed cases also timed compiled (default: {', '.join(COMPILE_TIMING_CASES)}, "
+                             f"QLAE's alone with --quick; none given: no compiled timing)")
     parser.add_argument("--timing-repeats", type=int, help="timed steps per case (default 10 on CUDA, 3 on a CPU)")
     parser.add_argument("--concurrency-runs", type=int, nargs="+", metavar="K",
                         help=f"concurrent runs to measure (default {' '.join(map(str, CONCURRENCY_RUNS))})")
@@ -88,6 +91,10 @@ def _check_options(args, cuda: bool) -> None:
     unknown = [c for c in args.timing_cases or () if c not in labels and c != "all"]
     if unknown:
         raise DoctorError(f"--timing-cases {unknown[0]!r}: not a bench step label; choose from 'all' or "
+                          f"{', '.join(repr(label) for label in labels)}")
+    unknown = [c for c in args.compile_cases or () if c not in labels]
+    if unknown:
+        raise DoctorError(f"--compile-cases {unknown[0]!r}: not a bench step label; choose from "
                           f"{', '.join(repr(label) for label in labels)}")
     if "cuda" in (args.accelerators or ()) and not cuda:
         raise DoctorError("--accelerators cuda: no CUDA device here (torch.cuda.is_available() is False)")
@@ -195,13 +202,18 @@ def _doctor(args, progress) -> dict:
              f"{why}; --timing-cases all times them")
     timing_precisions = [p for p in args.precisions if not (p == "bf16-mixed" and timing_device == "cuda"
                                                             and not cuda_bf16)]
+    wanted = args.compile_cases if args.compile_cases is not None else (
+        COMPILE_TIMING_CASES[:1] if args.quick else COMPILE_TIMING_CASES)
+    compiled = [label for label in timed if label in wanted]
+    if not compiled and timed:
+        skip("compiled timing (trainer.compile)", "no timed case selected for it (--compile-cases)")
     concurrency_device = args.concurrency_device or ("cuda" if cuda else None)
     levels = args.concurrency_runs or ((1, 2, 4) if args.quick else CONCURRENCY_RUNS)
     if concurrency_device is None:
         skip("concurrent runs on one GPU (runs_per_gpu)", "no CUDA device")
     if n_gpus < 2:
         skip("2-process DDP", f"needs 2 or more GPUs ({n_gpus} visible)")
-    bar = _Bar(progress, len(runs) + len(timed) * len(timing_precisions)
+    bar = _Bar(progress, len(runs) + (len(timed) + len(compiled)) * len(timing_precisions)
                + (len(levels) if concurrency_device else 0) + (n_gpus >= 2))
 
     workdir_context = contextlib.nullcontext(args.workdir) if args.workdir else \
@@ -223,7 +235,8 @@ def _doctor(args, progress) -> dict:
             repeats = args.timing_repeats or (10 if timing_device == "cuda" else 3)
             warmup = 3 if timing_device == "cuda" else 1
             # each case sets TF32 as its runs would (tf32=auto: off with a Hessian penalty; bench.StepTimer)
-            cases = time_cases(timed, timing_device, timing_precisions, 64, repeats, warmup, progress=bar)
+            cases = time_cases(timed, timing_device, timing_precisions, 64, repeats, warmup, progress=bar,
+                               compiled=compiled)
             report["timing"] = {"status": "fail" if any(c["status"] != "ok" for c in cases) else "ok",
                                 "device": timing_device, "batch_size": 64, "resolution": 64, "repeats": repeats,
                                 "warmup": warmup, "cases": cases}

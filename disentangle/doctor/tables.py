@@ -57,7 +57,8 @@ def print_report(report: dict, console) -> None:
 
     timing = report.get("timing", {})
     if timing.get("cases"):
-        precisions = list(dict.fromkeys(p for c in timing["cases"] for p in (*c["seconds"], *c["errors"])))
+        precisions = list(dict.fromkeys(p for c in timing["cases"] for p in (*c["seconds"], *c["errors"])
+                                        if not p.endswith(" compiled")))
         table = Table(title=f"training step on {timing['device']}: batch {timing['batch_size']} at "
                             f"{timing['resolution']}x{timing['resolution']}, median of {timing['repeats']}")
         table.add_column("case")
@@ -75,6 +76,16 @@ def print_report(report: dict, console) -> None:
             speedup = f"{c['bf16_speedup']:.2f}" if c.get("bf16_speedup") else "-"
             table.add_row(c["case"], *cells, speedup)
         console.print(table)
+        compiled = [c for c in timing["cases"] if c.get("compile_s")]
+        if compiled:
+            table = Table(title="compiled (trainer.compile=true): speed-up over eager and the one-time compile cost")
+            for column in ("case", "precision", "eager s/step", "compiled s/step", "speed-up", "compile s"):
+                table.add_column(column, justify="left" if column in ("case", "precision") else "right")
+            for c in compiled:
+                for p, cost in c["compile_s"].items():
+                    table.add_row(c["case"], p, f"{c['seconds'][p]:.4g}", f"{c['seconds'][p + ' compiled']:.4g}",
+                                  f"{c['compile_speedup'][p]:.2f}", f"{cost:.1f}")
+            console.print(table)
 
     concurrency = report.get("concurrency", {})
     if concurrency.get("levels"):
