@@ -193,6 +193,11 @@ def test_true_without_a_compiler_fails_before_work(monkeypatch):
         build(compose_config([*RUN, "trainer.compile=true"]))
 
 
+def test_a_bad_compile_mode_fails_in_one_line():
+    with pytest.raises(ConfigError, match=r"trainer.compile_mode.*max-autotune-no-cudagraphs"):
+        build(compose_config([*RUN, "trainer.compile_mode=fastest"]))
+
+
 def test_settings_accept_yaml_booleans():
     assert compile_setting(True) == "true"
     assert compile_setting(False) == "false"

@@ -239,6 +239,7 @@ def test_config_key_is_shared_by_the_seeds_of_a_configuration_and_only_by_them(t
 
     base = key("model=qlae", "seed=0")
     assert base == key("model=qlae", "seed=1") == key("model=qlae", "seed=0", "trainer.enable_progress_bar=true")
+    assert base == key("model=qlae", "trainer.compile=true")  # compiled steps compute what eager ones do
     assert base != key("model=qlae", "model.optimizer.lr=0.0005") and base != key("model=tripod")
 
 

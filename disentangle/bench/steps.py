@@ -113,7 +113,7 @@ class StepTimer:
         self.device, self.precision = torch.device(device), precision
         self.model = bench_model(overrides, batch_size, resolution).to(self.device)
         if compiled:  # as trainer.compile=true does (disentangle.runtime.compilation); compiled at the first step
-            self.model.compile_networks(**compile_options())
+            self.model.compile_networks(**compile_options("auto", self.device.type))
         # TF32 on CUDA as a run of this model sets it (tf32: auto; disentangle.runtime.run.precision_of)
         float32_math(self.device.type, not any(reg.exact_float32 for reg in self.model.regularizers.values()))
         configured = self.model.configure_optimizers()
@@ -195,8 +195,8 @@ def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | No
 def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, warmup: int = 1) -> dict:
     """One case eager and compiled in each of ``precisions``, the four (or two) timers' steps interleaved one by one
     after ``warmup`` steps each. Returns {(precision, compiled): seconds per step} medians and the compile costs:
-    ``cold`` = the compiled timer's first period minus an eager period, in an empty compile cache of its own; ``warm``
-    = the same after ``torch.compiler.reset()`` and clearing the in-memory kernels, with that cache now filled (what a
+    ``cold`` = the compiled timer's first period minus a compiled period (median), in an empty compile cache of its
+    own; ``warm`` = the same after ``torch.compiler.reset()`` and clearing the in-memory kernels, with that cache now filled (what a
     sweep's later job pays, but for its process start)."""
     import tempfile
 
@@ -216,8 +216,8 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
             clear_caches()
             warm = StepTimer(overrides, device, batch_size, p, compiled=True)
             warm_first = warm.step()
-        cost[p] = {"cold": max(0.0, cold_first - baseline), "warm": max(0.0, warm_first - baseline),
-                   "eager_first": eager_first}
+        cost[p] = {"cold_first": cold_first, "warm_first": warm_first, "eager_first": eager_first,
+                   "eager_warmup": baseline}
         timers[(p, False)], timers[(p, True)] = eager, warm
         for _ in range(max(0, warmup - 1)):
             warm.step()
@@ -225,7 +225,11 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
     for _ in range(repeats):
         for key, timer in timers.items():
             times[key].append(timer.step())
-    return {"median": {key: statistics.median(v) for key, v in times.items()}, "cost": cost}
+    median = {key: statistics.median(v) for key, v in times.items()}
+    for p, c in cost.items():  # what the first compiled step costs beyond a compiled step
+        c["cold"] = max(0.0, c["cold_first"] - median[(p, True)])
+        c["warm"] = max(0.0, c["warm_first"] - median[(p, True)])
+    return {"median": median, "cost": cost}
 
 
 def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] | None = None,
@@ -238,8 +242,8 @@ def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] |
     precisions = ["32-true"] + ([precision] if precision not in (None, "32-true") else [])
     cases = [c for c in STEP_CASES if not only or any(o in c[0] for o in only)]
     print(f"training step, 64x64, batch {batch_size}, {name}: eager vs compiled (trainer.compile=true), steps "
-          f"interleaved, median of {repeats}; compile cost = first compiled step - an eager step, cold (empty cache) "
-          f"and warm (cache filled, Dynamo reset)")
+          f"interleaved, median of {repeats}; compile cost = first compiled step - a compiled step, cold (empty "
+          f"cache) and warm (cache filled, Dynamo reset)")
     head = f"  {'case':<30} {'eager fp32':>10} {'compiled':>9} {'x':>5}"
     for p in precisions[1:]:
         head += f" {'eager ' + p[:4]:>10} {'compiled':>9} {'x':>5}"

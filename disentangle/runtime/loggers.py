@@ -66,8 +66,9 @@ def flatten(tree: Mapping, prefix: str = "", skip: Sequence[str] = ()) -> dict:
 
 # Not hyperparameters: where a job writes, how it logs and shows progress, and which seed it is.
 _NOT_CONFIGURATION = ("seed", "paths", "logger", "hydra", "resume", "auto_resume", "print_summary", "runs_per_gpu")
+# how a run runs, not what it computes (trainer.compile: compiled steps compute the eager ones' terms)
 _NOT_CONFIGURATION_LEAVES = ("output_dir", "dirpath", "progress", "background", "enable_progress_bar",
-                             "enable_model_summary")
+                             "enable_model_summary", "compile", "compile_mode")
 
 
 def config_key(run_config: Mapping) -> str:

@@ -70,6 +70,7 @@ def build(cfg: DictConfig) -> Job:
         callbacks.append(compile_callback(cfg, placement))
         trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)  # a Trainer without our own keys
         trainer_cfg.pop("compile", None)
+        trainer_cfg.pop("compile_mode", None)
         trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=logger, precision=precision["precision"],
                               enable_progress_bar=progress, enable_model_summary=False, **extra)
     except Exception as exc:  # construction errors (bad values, wrong types) become one clear line
@@ -110,8 +111,9 @@ def compile_callback(cfg: DictConfig, placement) -> CompileNetworks:
     line) and its callback; a sweep's jobs share one compile cache in the sweep directory
     (:mod:`disentangle.runtime.compilation`)."""
     setting = compile_setting(cfg.trainer.get("compile", "auto"))
+    mode = str(cfg.trainer.get("compile_mode", "auto"))
     if setting == "false":
-        return CompileNetworks(setting)  # still there: its decision goes into the checkpoint
+        return CompileNetworks(setting, mode)  # still there: its decision goes into the checkpoint
     device = str(placement.record.get("device", "cpu"))
     device_type = "cuda" if device.startswith("cuda") and not placement.record.get("simulated_gpus") else "cpu"
     missing = compiler_missing(device_type)
@@ -123,7 +125,7 @@ def compile_callback(cfg: DictConfig, placement) -> CompileNetworks:
         cache = sweep_dir / ".compile_cache"
     if cache is not None:
         use_cache_dir(Path(str(cache)).expanduser())
-    return CompileNetworks(setting)
+    return CompileNetworks(setting, mode)
 
 
 def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict:
