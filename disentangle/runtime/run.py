@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..metrics.suite import SCALAR_LABELS
 from . import config as _config  # noqa: F401  (registers the resolvers used by conf/)
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
-from .compilation import CompileNetworks, compile_setting, compiler_missing, use_cache_dir
+from .compilation import CompileNetworks, compile_setting, compiler_missing
 from .config import one_line, progress_enabled, progress_setting
 from .devices import job_placement, release_slot, sweep_directory
 from .precision import float32_math, resolve_precision, tf32_mode
@@ -123,9 +123,7 @@ def compile_callback(cfg: DictConfig, placement) -> CompileNetworks:
     sweep_dir = sweep_directory(cfg)
     if cache is None and sweep_dir is not None:
         cache = sweep_dir / ".compile_cache"
-    if cache is not None:
-        use_cache_dir(Path(str(cache)).expanduser())
-    return CompileNetworks(setting, mode)
+    return CompileNetworks(setting, mode, None if cache is None else Path(str(cache)).expanduser())
 
 
 def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict:
