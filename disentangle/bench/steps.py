@@ -196,8 +196,8 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
     """One case eager and compiled in each of ``precisions``, the four (or two) timers' steps interleaved one by one
     after ``warmup`` steps each. Returns {(precision, compiled): seconds per step} medians and the compile costs:
     ``cold`` = the compiled timer's first period minus a compiled period (median), in an empty compile cache of its
-    own; ``warm`` = the same after ``torch.compiler.reset()`` and clearing the in-memory kernels, with that cache now filled (what a
-    sweep's later job pays, but for its process start)."""
+    own; ``warm`` = the same after ``torch.compiler.reset()`` and clearing the in-memory kernels, with that cache now
+    filled (what a sweep's later job pays, but for its process start)."""
     import tempfile
 
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
@@ -207,17 +207,16 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
     cost = {}
     for p in precisions:
         eager = StepTimer(overrides, device, batch_size, p)
-        eager_first = eager.step()
+        for _ in range(1 + max(1, warmup)):  # the eager timer's warm-up
+            eager.step()
         with tempfile.TemporaryDirectory(prefix="bench_compile_") as cache, temporary_cache_dir(cache):
             compiled = StepTimer(overrides, device, batch_size, p, compiled=True)
             cold_first = compiled.step()  # an empty cache: everything is compiled
-            baseline = statistics.median([eager.step() for _ in range(max(1, warmup))])
             torch.compiler.reset()  # forget the compiled frames and the in-memory kernels; the on-disk cache stays
             clear_caches()
             warm = StepTimer(overrides, device, batch_size, p, compiled=True)
             warm_first = warm.step()
-        cost[p] = {"cold_first": cold_first, "warm_first": warm_first, "eager_first": eager_first,
-                   "eager_warmup": baseline}
+        cost[p] = {"cold_first": cold_first, "warm_first": warm_first}
         timers[(p, False)], timers[(p, True)] = eager, warm
         for _ in range(max(0, warmup - 1)):
             warm.step()
