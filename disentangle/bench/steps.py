@@ -193,37 +193,42 @@ def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | No
 
 
 def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, warmup: int = 1) -> dict:
-    """One case eager and compiled in each of ``precisions``, the four (or two) timers' steps interleaved one by one
-    after ``warmup`` steps each. Returns {(precision, compiled): seconds per step} medians and the compile costs:
-    ``cold`` = the compiled timer's first period minus a compiled period (median), in an empty compile cache of its
-    own; ``warm`` = the same after ``torch.compiler.reset()`` and clearing the in-memory kernels, with that cache now
-    filled (what a sweep's later job pays, but for its process start)."""
+    """One case eager and compiled in each of ``precisions``, the timers' steps interleaved one by one after
+    ``warmup`` steps each. Returns {(precision, compiled): seconds per step} medians and the compile costs:
+    ``cold`` = a compiled timer's first step minus a compiled step (median), in an empty compile cache of the case's
+    own and after ``torch.compiler.reset()`` (an earlier case with the same networks must not serve it); ``warm`` =
+    the same for a second compiled timer, after ``torch.compiler.reset()`` and clearing the in-memory kernels, with
+    that cache now filled (what a sweep's later job pays, but for its process start). Every cold start comes before
+    the reset, every warm one after it, so no timer being timed has lost its compiled code."""
     import tempfile
 
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
     from torch._inductor.utils import clear_caches
 
     timers = {}
-    cost = {}
-    for p in precisions:
-        eager = StepTimer(overrides, device, batch_size, p)
-        for _ in range(1 + max(1, warmup)):  # the eager timer's warm-up
-            eager.step()
-        with tempfile.TemporaryDirectory(prefix="bench_compile_") as cache, temporary_cache_dir(cache):
-            compiled = StepTimer(overrides, device, batch_size, p, compiled=True)
-            cold_first = compiled.step()  # an empty cache: everything is compiled
-            torch.compiler.reset()  # forget the compiled frames and the in-memory kernels; the on-disk cache stays
-            clear_caches()
+    cost = {p: {} for p in precisions}
+    with tempfile.TemporaryDirectory(prefix="bench_compile_") as cache, temporary_cache_dir(cache):
+        for p in precisions:
+            eager = StepTimer(overrides, device, batch_size, p)
+            for _ in range(1 + max(1, warmup)):  # the eager timer's warm-up
+                eager.step()
+            timers[(p, False)] = eager
+        torch.compiler.reset()
+        clear_caches()
+        for p in precisions:  # cold: an empty cache, nothing in memory
+            cost[p]["cold_first"] = StepTimer(overrides, device, batch_size, p, compiled=True).step()
+        torch.compiler.reset()  # forget the compiled frames and the in-memory kernels; the on-disk cache stays
+        clear_caches()
+        for p in precisions:  # warm: the filled cache
             warm = StepTimer(overrides, device, batch_size, p, compiled=True)
-            warm_first = warm.step()
-        cost[p] = {"cold_first": cold_first, "warm_first": warm_first}
-        timers[(p, False)], timers[(p, True)] = eager, warm
-        for _ in range(max(0, warmup - 1)):
-            warm.step()
-    times: dict = {key: [] for key in timers}
-    for _ in range(repeats):
-        for key, timer in timers.items():
-            times[key].append(timer.step())
+            cost[p]["warm_first"] = warm.step()
+            for _ in range(max(0, warmup - 1)):
+                warm.step()
+            timers[(p, True)] = warm
+        times: dict = {key: [] for key in timers}
+        for _ in range(repeats):
+            for key, timer in timers.items():
+                times[key].append(timer.step())
     median = {key: statistics.median(v) for key, v in times.items()}
     for p, c in cost.items():  # what the first compiled step costs beyond a compiled step
         c["cold"] = max(0.0, c["cold_first"] - median[(p, True)])
