@@ -13,7 +13,7 @@ LOCK := requirements.lock
 LOCK_PYTHON := $(shell sed -n 's/^# python: *//p' $(LOCK) 2>/dev/null)
 USE_LOCK ?= 1
 
-.PHONY: install demo test test-slow test-latest lock chaos docs clean
+.PHONY: install demo test test-slow test-latest lock chaos claims docs clean
 
 install: $(STAMP)
 
@@ -84,6 +84,12 @@ lock:
 # finish; every job's final metrics must equal its uninterrupted twin's. CHAOS_ARGS="--kills 8 --launcher joblib" etc.
 chaos: install
 	$(PY) -m disentangle.chaos $(CHAOS_ARGS)
+
+# Each paper's headline claims at laptop scale over 5 seeds, with paired intervals and verdicts (docs/claims.md):
+# `python -m disentangle.claims --list` gives the estimate; finished runs are reused, so an interrupted `make claims`
+# goes on where it stopped. CLAIMS_ARGS="tripod --seeds 0,1,2" etc.
+claims: install
+	$(PY) -m disentangle.claims --out outputs/claims $(CLAIMS_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/, failing on any warning;
 # `make docs SERVE=1` serves it with live reload at http://127.0.0.1:8000 instead.

@@ -26,7 +26,7 @@ from disentangle.runtime import paths
 ROOT = Path(__file__).resolve().parents[1]
 # what the build reads (pyproject.toml and setup.py name the rest)
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "disentangle", "conf", "sweeps")
-SCRIPTS = ("train", "evaluate", "prepare", "report", "bench", "doctor", "chaos")
+SCRIPTS = ("train", "evaluate", "prepare", "report", "bench", "doctor", "chaos", "claims")
 # a few steps of the small network on 16x16 images, a small evaluation (as tests/conftest.py's FAST)
 TINY = ["trainer.max_steps=2", "model/arch=small", "data.resolution=16", "model.batch_size=16",
         "trainer.enable_progress_bar=false", "~callbacks.progress", "trainer.enable_model_summary=false",
@@ -153,6 +153,7 @@ def test_the_wheel_carries_the_configs_the_sweeps_the_license_and_the_published_
                          if n.startswith(f"disentangle/{d}/") and n.endswith(".yaml"))
         assert carried == files, f"{d}/ in the wheel differs from the checkout's"
     assert "disentangle/published/results.csv" in names and "disentangle/runtime/paths.py" in names
+    assert "disentangle/claims/claims.yaml" in names
     dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     assert dist_info.startswith("disentangle_quantized-")
     assert f"{dist_info}/licenses/LICENSE" in names

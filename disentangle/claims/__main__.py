@@ -1,0 +1,7 @@
+"""``python -m disentangle.claims ...``: see :mod:`disentangle.claims.command`."""
+import sys
+
+from .command import main
+
+if __name__ == "__main__":
+    sys.exit(main())

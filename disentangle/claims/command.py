@@ -1,0 +1,140 @@
+"""``python -m disentangle.claims [NAME ...] [--seeds 0,1,2,3,4] [--out DIR] [--list]``: each paper's headline
+comparisons at laptop scale over several seeds, each with a paired 95% interval and a verdict (docs/claims.md).
+
+NAME is a claim's name or a paper's (qlae, tripod, factorqvae, friede, cliff: all of its claims); none = all.
+Runs are shared between claims, reused when finished and resumed when interrupted (OUT/runs/...). Writes
+OUT/claims.json, OUT/claims.md, OUT/claims.png and OUT/timing.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2`` or ``0-4``."""
+    try:
+        if "-" in text and "," not in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            seeds = list(range(lo, hi + 1))
+        else:
+            seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds: expected integers like 0,1,2,3,4 or 0-4 (got {text!r})") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds: expected distinct integers (got {text!r})")
+    return seeds
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m disentangle.claims", description=__doc__.split("\n\n")[0])
+    p.add_argument("names", nargs="*", help="claims or papers (default: all)")
+    p.add_argument("--seeds", default="0,1,2,3,4", help="seeds, e.g. 0,1,2,3,4 (default) or 0-9")
+    p.add_argument("--out", type=Path, default=Path("outputs/claims"), help="runs and results (default outputs/claims)")
+    p.add_argument("--list", action="store_true", help="print the claims and their estimated time, run nothing")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="runs side by side, each with cores/jobs threads (default: 2 on a machine with 2+ cores)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hydra override for every run (repeatable), e.g. trainer.max_steps=1600 for a 2x budget; "
+                        "use another --out for it")
+    p.add_argument("--confidence", type=float, default=0.95, help="of the paired t interval (default 0.95)")
+    return p.parse_args(argv)
+
+
+def estimates(claims, seeds, jobs: int) -> dict[str, float]:
+    """Seconds per paper: its configurations' measured single-core times x seeds / jobs, a configuration shared
+    with an earlier paper counted there."""
+    from .catalog import PAPERS, unique_runs
+
+    seen, out = set(), {}
+    for paper in PAPERS:
+        runs = [r for r in unique_runs([c for c in claims if c.paper == paper]) if r.key not in seen]
+        seen.update(r.key for r in runs)
+        if any(c.paper == paper for c in claims):
+            out[paper] = sum(r.seconds for r in runs) * len(seeds) / max(1, jobs)
+    return out
+
+
+def print_list(claims, seeds, jobs: int) -> None:
+    from .catalog import unique_runs
+    from .report import METRIC_LABELS, PAPER_TITLES, comparison
+
+    est = estimates(claims, seeds, jobs)
+    for paper, seconds in est.items():
+        mine = [c for c in claims if c.paper == paper]
+        print(f"{PAPER_TITLES[paper]}: {len(mine)} claims, about {seconds / 60:.0f} min "
+              f"({len(seeds)} seeds, {jobs} jobs)")
+        for c in mine:
+            row = {"better": c.better.label, "worse": c.worse.label, "lower_is_better": c.lower_is_better}
+            print(f"  {c.name:<40} {comparison(row)} on {METRIC_LABELS.get(c.metric, c.metric)} "
+                  f"({c.kind}; Table {c.table}, setting {c.setting.name})")
+    runs = unique_runs(claims)
+    print(f"{len(claims)} claims, {len(runs)} configurations x {len(seeds)} seeds = {len(runs) * len(seeds)} runs, "
+          f"about {sum(est.values()) / 3600:.1f} h on this machine's estimate (--jobs {jobs})")
+
+
+def run(args) -> int:
+    from tqdm.auto import tqdm
+
+    from .assess import assess
+    from .catalog import PAPERS, load_claims, select_claims, unique_runs
+    from .report import print_table, write
+    from .runner import measure_selection, schedule, train_all
+
+    claims = select_claims(load_claims(), args.names)
+    seeds = parse_seeds(args.seeds)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1 (got {args.jobs})")
+    if not 0 < args.confidence < 1:
+        raise ValueError(f"--confidence must lie in (0, 1) (got {args.confidence})")
+    bad = [o for o in args.override if "=" not in o]
+    if bad:
+        raise ValueError(f"--override expects KEY=VALUE (got {bad[0]!r})")
+    if args.list:
+        print_list(claims, seeds, args.jobs)
+        return 0
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    timing_path = out / "timing.json"
+    timing = json.loads(timing_path.read_text()) if timing_path.is_file() else {}
+    all_runs = unique_runs(claims)
+    results: dict = {}
+    with tqdm(total=len(all_runs) * len(seeds), desc="claims", unit="run") as bar:
+        def done(result):
+            bar.update(1)
+            bar.set_postfix_str(f"{result.spec.key} seed {result.seed}" + (" (failed)" if result.error else ""))
+
+        for paper in PAPERS:
+            mine = [c for c in claims if c.paper == paper]
+            runs = [r for r in unique_runs(mine) if all((r.key, s) not in results for s in seeds)]
+            if not mine:
+                continue
+            start = time.perf_counter()
+            new = train_all(out, schedule(runs, seeds), args.jobs, args.override, on_done=done)
+            results.update(new)
+            for claim in mine:
+                if claim.kind == "selection":
+                    measure_selection(claim, results)
+            if any(r.trained for r in new.values()):
+                entry = timing.setdefault(paper, {"elapsed_s": 0.0})
+                entry["elapsed_s"] += time.perf_counter() - start
+                entry["jobs"] = args.jobs
+                timing_path.write_text(json.dumps(timing, indent=2))
+    rows = [assess(c, results, seeds, args.confidence) for c in claims]
+    print_table(rows)
+    paths = write(rows, out, timing)
+    print("written: " + ", ".join(str(p) for p in paths.values()))
+    return 1 if any(r["verdict"] == "incomplete" for r in rows) else 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,142 @@
+"""The claims' outputs: the terminal table, ``claims.json``, ``claims.md`` (the table docs/claims.md includes) and
+``claims.png`` (one panel per paper: each claim's paired difference with its interval)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .catalog import PAPERS
+
+PAPER_TITLES = {"qlae": "QLAE (Hsu et al. 2023)", "tripod": "Tripod (Hsu et al. 2024)",
+                "factorqvae": "FactorQVAE (Baykal et al.)", "friede": "Friede et al. 2023",
+                "cliff": "Cliff (Barin-Pacela et al. 2025)"}
+METRIC_LABELS = {"infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I", "dci_c": "C",
+                 "mig": "MIG", "mcc": "MCC", "psnr": "PSNR"}
+VERDICT_COLOURS = {"holds": "green", "direction": "yellow", "reversed": "magenta", "contradicted": "red",
+                   "incomplete": "grey"}
+
+
+def _num(x, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float) and math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    return f"{x:.{digits}f}"
+
+
+def _finite(obj):
+    """JSON has no infinities: an unbounded interval's ends are written as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def comparison(row: dict) -> str:
+    return f"{row['better']} > {row['worse']}" if not row.get("lower_is_better") else \
+        f"{row['better']} < {row['worse']}"
+
+
+def print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    conf = rows[0]["confidence"] if rows else 0.95
+    table = Table(title=f"claims: paired difference over seeds, {conf:.0%} t interval")
+    for col, justify in (("claim", "left"), ("paper", "left"), ("metric", "left"), ("better", "right"),
+                         ("worse", "right"), ("diff", "right"), (f"{conf:.0%} interval", "right"),
+                         ("seeds", "right"), ("verdict", "left")):
+        table.add_column(col, justify=justify)
+    for r in rows:
+        colour = VERDICT_COLOURS.get(r["verdict"], "white")
+        table.add_row(f"{r['name']}\n[dim]{comparison(r)}[/dim]", r["paper"],
+                      METRIC_LABELS.get(r["metric"], r["metric"]), _num(r["better_mean"]), _num(r["worse_mean"]),
+                      _num(r["diff_mean"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]", str(r["n_seeds"]),
+                      f"[{colour}]{r['verdict']}[/{colour}]")
+    Console(width=160).print(table)
+    for r in rows:
+        for err in r.get("errors", []):
+            print(f"  {r['name']}: {err}")
+
+
+def markdown(rows: list[dict], timing: dict | None = None) -> str:
+    """Per paper: the claim, the published values, the measured means, the difference with its interval, the
+    verdict and the CPU time of its runs."""
+    out = []
+    for paper in PAPERS:
+        mine = [r for r in rows if r["paper"] == paper]
+        if not mine:
+            continue
+        head = f"### {PAPER_TITLES[paper]}"
+        if timing and paper in timing:
+            head += f" — {timing[paper]['elapsed_s'] / 60:.0f} min"
+        out += [head, "", "| claim | metric | published | measured | difference [95% CI] | verdict | CPU time |",
+                "|---|---|---|---|---|---|---|"]
+        for r in mine:
+            pub = f"{_num(r['published_better'], 2)} vs {_num(r['published_worse'], 2)}"
+            meas = f"{_num(r['better_mean'])} vs {_num(r['worse_mean'])}"
+            diff = f"{_num(r['diff_mean'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+            out.append(f"| `{r['name']}`: {comparison(r)} | {METRIC_LABELS.get(r['metric'], r['metric'])} "
+                       f"({r['table']}) | {pub} | {meas} | {diff} | **{r['verdict']}** | "
+                       f"{r['wall_s'] / 60:.0f} min |")
+        out.append("")
+    return "\n".join(out)
+
+
+def figure(rows: list[dict], path: Path) -> Path | None:
+    """One panel per paper; per claim the mean difference and its interval, 0 dashed, coloured by verdict."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    papers = [p for p in PAPERS if any(r["paper"] == p and r["diff_mean"] is not None for r in rows)]
+    if not papers:
+        return None
+    heights = [sum(r["paper"] == p for r in rows) for p in papers]
+    fig, axes = plt.subplots(len(papers), 1, figsize=(8, 0.35 * sum(heights) + 1.2 * len(papers)),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    colours = {"holds": "tab:green", "direction": "goldenrod", "reversed": "tab:purple", "contradicted": "tab:red",
+               "incomplete": "grey"}
+    for ax, paper in zip(axes[:, 0], papers):
+        mine = [r for r in rows if r["paper"] == paper][::-1]
+        for y, r in enumerate(mine):
+            if r["diff_mean"] is None:
+                continue
+            c = colours[r["verdict"]]
+            lo = r["ci_low"] if r["ci_low"] is not None and math.isfinite(r["ci_low"]) else r["diff_mean"]
+            hi = r["ci_high"] if r["ci_high"] is not None and math.isfinite(r["ci_high"]) else r["diff_mean"]
+            ax.plot([lo, hi], [y, y], color=c, lw=2)
+            ax.plot(r["diff_mean"], y, "o", color=c)
+            for d in r.get("differences", []):
+                ax.plot(d, y, "|", color=c, alpha=0.5, ms=8)
+        ax.axvline(0, color="k", ls="--", lw=0.8)
+        ax.set_yticks(range(len(mine)))
+        ax.set_yticklabels([f"{comparison(r)} ({METRIC_LABELS.get(r['metric'], r['metric'])})" for r in mine],
+                           fontsize=8)
+        ax.set_title(PAPER_TITLES[paper], fontsize=10, loc="left")
+    axes[-1, 0].set_xlabel("difference better − worse (same seed), mean and 95% interval; ticks: seeds")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(rows: list[dict], out: Path, timing: dict | None = None) -> dict[str, Path]:
+    """claims.json (a list: one object per claim), timing.json (each paper's elapsed time), claims.md,
+    claims.png."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "claims.json", "md": out / "claims.md", "timing": out / "timing.json"}
+    paths["json"].write_text(json.dumps(_finite(rows), indent=2, ensure_ascii=False))
+    paths["timing"].write_text(json.dumps(timing or {}, indent=2))
+    paths["md"].write_text(markdown(rows, timing))
+    png = figure(rows, out / "claims.png")
+    if png is not None:
+        paths["png"] = png
+    return paths

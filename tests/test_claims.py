@@ -1,0 +1,219 @@
+"""Issue 31: the claims as data (every run composes and computes its claims' metrics), the statistics (against
+scipy), the verdicts, the JSON, resumption, and one claim end to end at a tiny budget."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, compose_config
+from scipy import stats
+
+from disentangle.claims import VERDICTS, load_claims, paired_interval, select_claims, unique_runs, verdict
+from disentangle.claims.assess import FIELDS, assess
+from disentangle.claims.catalog import PAPERS, merge_overrides, parse_claims
+from disentangle.claims.runner import RECORD, RunResult, run_path, train_run
+
+CLAIMS = load_claims()
+RUNS = unique_runs(CLAIMS)
+
+
+def test_the_claims_cover_every_paper_and_every_comparison_the_issue_lists():
+    pairs = {(c.paper, c.better.model, c.worse.model, c.metric) for c in CLAIMS}
+    for worse in ("ae", "betavae", "betatcvae", "bioae", "vqvae"):  # QLAE above its baselines on InfoM and D
+        assert {("qlae", "qlae", worse, "infom"), ("qlae", "qlae", worse, "dci_d")} <= pairs
+    for worse in ("qlae_no_wd", "qlae_global_codebook"):
+        assert ("qlae", "qlae", worse, "infom") in pairs
+    assert ("qlae", "qlinfowgan_gp", "infowgan_gp", "infom") in pairs
+    for worse in ("qlae", "tripod_naive", "tripod_no_nhp", "tripod_no_klm", "tripod_finer"):
+        assert ("tripod", "tripod", worse, "infom") in pairs
+    for worse in ("qvae", "factorvae"):
+        assert {("factorqvae", "factorqvae", worse, m) for m in ("dci_d", "infom")} <= pairs
+    assert any(c.paper == "factorqvae" and c.table == "2" for c in CLAIMS)  # the codebook design
+    assert ("friede", "dvae_friede", "vae_friede", "mig") in pairs
+    assert ("friede", "factordvae_friede", "factorvae_friede", "mig") in pairs
+    assert any(c.paper == "friede" and c.kind == "selection" for c in CLAIMS)
+    assert any(c.paper == "cliff" and c.metric == "mcc" for c in CLAIMS)
+    assert ("cliff", "betavae", "betavae", "dci_d") in pairs
+    assert {c.paper for c in CLAIMS} == set(PAPERS)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.key for r in RUNS])
+def test_every_run_composes_and_computes_the_metric_of_each_claim_on_it(run):
+    """The run's exact command line composes (real Hydra), its model exists, and its final evaluation computes
+    every metric a claim reads from it."""
+    from disentangle.metrics.suite import QUALITY_LABELS, REGISTRY
+
+    cfg = compose_config([*run.overrides, "seed=0"])
+    assert (ROOT / "conf" / "model" / f"{run.model}.yaml").is_file()
+    produced = set(QUALITY_LABELS)
+    for name in cfg.callbacks.evaluation.metrics:
+        produced |= set(REGISTRY[name].outputs.values())
+    for claim in CLAIMS:
+        if run.key in {r.key for r in claim.runs()}:
+            assert claim.metric in produced, (claim.name, sorted(produced))
+            if claim.kind == "selection":  # Δ_ST is measured after training: it needs a categorical latent
+                assert cfg.model.latent._target_.endswith("CategoricalLatent"), cfg.model.latent._target_
+
+
+def test_every_claim_shows_the_paper_s_values():
+    for claim in CLAIMS:
+        pub = claim.published_values()
+        assert pub["better"] is not None, claim.name
+        assert pub["worse"] is not None or "source" in claim.published, claim.name  # a missing one is explained
+        assert 0 <= pub["better"] <= 1
+
+
+def test_the_paired_interval_is_scipy_s_one_sample_t_interval():
+    d = [0.12, 0.05, -0.02, 0.08, 0.11]
+    for confidence in (0.95, 0.9):
+        iv = paired_interval(d, confidence)
+        ci = stats.ttest_1samp(d, 0.0).confidence_interval(confidence)
+        assert iv.mean == pytest.approx(0.068)
+        assert (iv.low, iv.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert paired_interval([0.3]).low == -math.inf  # one seed: no interval
+    same = paired_interval([0.2, 0.2, 0.2])
+    assert (same.low, same.high) == (pytest.approx(0.2), pytest.approx(0.2))
+    with pytest.raises(ValueError, match="no differences"):
+        paired_interval([])
+
+
+def test_the_four_verdicts():
+    assert verdict(paired_interval([0.10, 0.12, 0.09, 0.11])) == "holds"
+    assert verdict(paired_interval([-0.10, -0.12, -0.09, -0.11])) == "contradicted"
+    assert verdict(paired_interval([0.20, -0.10, 0.05])) == "direction"
+    assert verdict(paired_interval([-0.20, 0.10, -0.05])) == "reversed"
+    assert verdict(paired_interval([0.0, 0.0])) == "reversed"  # a tie is not "better"
+    assert set(VERDICTS) == {"holds", "direction", "reversed", "contradicted"}
+
+
+def _results(claim, values: dict, **metrics):
+    """RunResults for ``claim``'s runs: values[label] = per-seed metric values."""
+    out = {}
+    sides = claim.pool if claim.kind == "selection" else (claim.better, claim.worse)
+    for side in sides:
+        spec = side.run(claim.setting)
+        if spec is None:
+            continue
+        for seed, v in enumerate(values[side.label]):
+            m = {claim.metric: v, **{k: vals[side.label][seed] for k, vals in metrics.items()}}
+            out[(spec.key, seed)] = RunResult(spec, seed, Path("."), metrics=m, wall_s=10.0)
+    return out
+
+
+def test_assess_paired_threshold_and_selection_claims():
+    by_name = {c.name: c for c in CLAIMS}
+    paired = by_name["qlae_above_ae_infom"]
+    row = assess(paired, _results(paired, {"QLAE": [0.7, 0.6, 0.8], "AE": [0.5, 0.55, 0.6]}), [0, 1, 2])
+    assert set(FIELDS) <= set(row)
+    assert row["diff_mean"] == pytest.approx((0.2 + 0.05 + 0.2) / 3)
+    assert row["better_mean"] == pytest.approx(0.7) and row["worse_mean"] == pytest.approx(0.55)
+    assert row["n_seeds"] == 3 and row["wall_s"] == pytest.approx(60.0)
+    assert row["verdict"] == verdict(paired_interval([0.2, 0.05, 0.2]))
+
+    threshold = by_name["cliff_recovers_2d_factors_mcc"]
+    row = assess(threshold, _results(threshold, {"Cliff": [0.95, 0.97]}), [0, 1])
+    assert row["worse_mean"] == pytest.approx(0.9) and row["diff_mean"] == pytest.approx(0.06)
+
+    selection = by_name["delta_st_selection_above_median_mig"]
+    labels = [s.label for s in selection.pool]
+    mig = {label: [0.1 * (i + 1)] for i, label in enumerate(labels)}  # 0.1, 0.2, 0.3, 0.4
+    gap = {label: [1.0 - 0.1 * i] for i, label in enumerate(labels)}  # the last has the smallest Δ_ST
+    row = assess(selection, _results(selection, mig, delta_st=gap), [0])
+    assert row["better_mean"] == pytest.approx(0.4) and row["worse_mean"] == pytest.approx(0.25)
+    assert row["notes"] == [f"seed 0: {labels[-1]}"]
+
+    # a side that failed: only the seeds with both sides count; none -> incomplete
+    results = _results(paired, {"QLAE": [0.7, 0.6], "AE": [0.5, 0.55]})
+    results[(paired.worse.run(paired.setting).key, 1)].error = "boom"
+    assert assess(paired, results, [0, 1])["n_seeds"] == 1
+    assert assess(paired, {}, [0])["verdict"] == "incomplete"
+
+
+def test_lower_is_better_flips_the_difference():
+    doc = {"settings": {"s": {"overrides": ["experiment=quickstart"]}},
+           "claims": [{"name": "c", "paper": "qlae", "table": "1", "dataset": "aggregated", "setting": "s",
+                       "metric": "mse", "lower_is_better": True, "better": {"label": "A", "model": "qlae"},
+                       "worse": {"label": "B", "model": "ae"}}]}
+    (claim,) = parse_claims(doc)
+    row = assess(claim, _results(claim, {"A": [0.1, 0.2], "B": [0.3, 0.3]}), [0, 1])
+    assert row["diff_mean"] == pytest.approx(0.15)
+
+
+def test_bad_claims_and_names_are_one_line_errors():
+    doc = {"settings": {"s": {"overrides": []}},
+           "claims": [{"name": "c", "paper": "nope", "table": "1", "dataset": "x", "setting": "s", "metric": "m",
+                       "better": {"label": "A", "model": "qlae"}, "worse": {"label": "B", "model": "ae"}}]}
+    with pytest.raises(ValueError, match="paper must be one of"):
+        parse_claims(doc)
+    with pytest.raises(ValueError, match="unknown claim or paper 'nope'"):
+        select_claims(CLAIMS, ["nope"])
+    assert {c.paper for c in select_claims(CLAIMS, ["tripod"])} == {"tripod"}
+    done = subprocess.run([sys.executable, "-m", "disentangle.claims", "--seeds", "a,b", "--list"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "--seeds" in done.stderr
+
+
+def test_a_side_s_override_replaces_its_setting_s():
+    assert merge_overrides(["experiment=cliff2d", "a.b=1"], ["experiment=ioss2d"]) == ("a.b=1", "experiment=ioss2d")
+    ioss = next(c for c in CLAIMS if c.name == "cliff_above_ioss_2d_mcc").worse.run(
+        next(c for c in CLAIMS if c.name == "cliff_above_ioss_2d_mcc").setting)
+    assert "experiment=cliff2d" not in ioss.overrides and "experiment=ioss2d" in ioss.overrides
+
+
+def test_a_run_directory_of_another_command_line_is_not_reused(tmp_path):
+    spec = RUNS[0]
+    path = run_path(tmp_path, spec, 0)
+    path.mkdir(parents=True)
+    (path / RECORD).write_text(json.dumps({"overrides": ["something=else"], "wall_s": 3.0}))
+    result = train_run(tmp_path, spec, 0)
+    assert result.error and "other overrides" in result.error and not result.trained
+
+
+def test_list_prints_every_claim_and_each_paper_s_estimate():
+    done = subprocess.run([sys.executable, "-m", "disentangle.claims", "--list"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    from disentangle.claims.report import PAPER_TITLES
+
+    heads = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    for paper in PAPERS:  # "<title>: N claims, about M min (...)"
+        (line,) = [h for h in heads if h.startswith(PAPER_TITLES[paper] + ":")]
+        assert int(line.split(": ")[1].split(" claims")[0]) == sum(c.paper == paper for c in CLAIMS)
+        assert " min (5 seeds, " in line
+    assert all(f"  {c.name} " in done.stdout for c in CLAIMS)
+    assert heads[-1].startswith(f"{len(CLAIMS)} claims, {len(RUNS)} configurations x 5 seeds")
+
+
+@pytest.mark.timeout(600)
+def test_one_claim_end_to_end_at_a_tiny_budget_and_resumed(tmp_path):
+    """Cliff against IOSS on the 2-D data, 2 seeds of 30 steps: claims.json, claims.md, claims.png; then one run's
+    result is removed and only that run trains again, to the same numbers."""
+    cmd = [sys.executable, "-m", "disentangle.claims", "cliff_above_ioss_2d_mcc", "--seeds", "0,1", "--out",
+           str(tmp_path), "--jobs", "2", "--override", "trainer.max_steps=30"]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "claims.json").read_text())
+    assert set(FIELDS) <= set(row) and row["n_seeds"] == 2 and row["verdict"] in VERDICTS
+    diffs = [b - w for b, w in zip(row["better_values"], row["worse_values"])]
+    assert row["diff_mean"] == pytest.approx(sum(diffs) / 2)
+    ci = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert all(0 <= v <= 1 for v in row["better_values"] + row["worse_values"])
+    assert (tmp_path / "claims.md").read_text().count("cliff_above_ioss_2d_mcc") == 1
+    assert (tmp_path / "claims.png").stat().st_size > 0
+    assert json.loads((tmp_path / "timing.json").read_text())["cliff"]["elapsed_s"] > 0
+
+    runs = sorted(p.parent for p in tmp_path.glob("runs/*/*/seed*/metrics.json"))
+    assert len(runs) == 4
+    (runs[0] / "metrics.json").unlink()
+    logs = {p: (p / "train.log").stat().st_size for p in runs}
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert (runs[0] / "train.log").stat().st_size > logs[runs[0]]  # trained again (resumed from its checkpoint)
+    assert all((p / "train.log").stat().st_size == logs[p] for p in runs[1:])  # the others were reused
+    (again,) = json.loads((tmp_path / "claims.json").read_text())
+    assert again["better_values"] == row["better_values"] and again["worse_values"] == row["worse_values"]
