@@ -290,6 +290,11 @@ def test_balls_experiment_trains_a_few_steps_with_mse_and_spearman_mcc(tmp_path)
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert 0 <= record["mcc"] <= 1 and math.isfinite(record["psnr"])
     assert record["factor_names"] == ["ball1_x", "ball1_y", "ball2_x", "ball2_y"]
+    from disentangle.runtime.compilation import compiler_missing
+
+    if compiler_missing("cpu") is None:  # trainer.compile=auto: the ResNet-18 compiled was slower here, so eager
+        assert record["runtime"]["compiled"] is False
+        assert "compiled Lachapelle" in record["runtime"]["compile_reason"]
     assert (tmp_path / "reconstructions.png").is_file() and (tmp_path / "factor_recovery.png").is_file()
     additive = compose_config(["experiment=cliff_balls", "model/arch=balls_additive"]).model.arch.decoder
     decoder = instantiate(additive)(in_features=4, out_channels=3, resolution=16)

@@ -14,10 +14,13 @@ from disentangle.bench import StepTimer
 from disentangle.errors import ConfigError
 from disentangle.runtime.compilation import (
     EXPECTED,
+    MEASURED_SPEEDUP,
+    MIN_GAIN,
     compile_counts,
     compile_setting,
     compiler_missing,
     decide_auto,
+    expected_speedup,
 )
 from disentangle.runtime.devices import SIMULATE_VARIABLE
 from disentangle.runtime.families import FAMILIES, family_label
@@ -168,6 +171,24 @@ def test_auto_rule_known_answers():
     assert not decide_auto(0.01, int(steps_even) - 1, "cpu").compiled
     assert decide_auto(0.01, int(steps_even) + 1, "cpu").compiled
     assert not decide_auto(1.0, 10**6, "mps").compiled
+
+
+def test_auto_expects_the_speed_up_measured_for_the_networks_and_never_compiles_where_it_was_slower():
+    for device_type, measured in MEASURED_SPEEDUP.items():
+        for key, speedup in measured.items():
+            model, _, network = key.rpartition(":")
+            decision = decide_auto(1.0, 10**7, device_type, [network, "NotMeasured"], model or "Autoencoder")
+            assert decision.compiled is (speedup >= MIN_GAIN), (key, decision.reason)
+            if speedup < MIN_GAIN:
+                assert key in decision.reason and "eager" in decision.reason
+            else:
+                assert f"(1 - 1/{speedup})" in decision.reason
+    # several networks: the smallest measured speed-up counts; unmeasured ones take the default; a model's own entry
+    # comes before the network's
+    assert expected_speedup("cpu", ["ConvEncoder", "LachapelleEncoder"]) == (0.83, "LachapelleEncoder")
+    assert expected_speedup("cpu", ["NotMeasured"]) == (EXPECTED["cpu"].speedup, None)
+    assert expected_speedup("cpu", ["StyleDecoder"], "InfoWGAN")[1] == "InfoWGAN:StyleDecoder"
+    assert expected_speedup("cpu", ["StyleDecoder"], "Autoencoder")[1] == "StyleDecoder"
 
 
 def test_auto_leaves_a_short_run_eager_and_records_why(tmp_path):
