@@ -211,6 +211,12 @@ class LatentModel(pl.LightningModule):
         """The names of the networks :meth:`compile_networks` compiled (empty for an eager model)."""
         return list(self.__dict__.get("_compiled", {}))
 
+    def compilable_network_classes(self) -> list[str]:
+        """The class names of the networks :meth:`compile_networks` would compile (``auto`` looks up their measured
+        speed-up: disentangle.runtime.compilation.MEASURED_SPEEDUP)."""
+        return [type(getattr(self, name)).__name__ for name in self.compiled_names
+                if getattr(self, name, None) is not None]
+
     def network(self, name: str) -> nn.Module:
         """The network ``name`` as a training step runs it: compiled after :meth:`compile_networks`, else the module."""
         compiled = self.__dict__.get("_compiled")

@@ -254,10 +254,8 @@ class CompileNetworks(pl.Callback):
             return Decision(False, f"auto: {missing}")
         batch = max(1, pl_module.batch_size // max(1, trainer.world_size))
         probe = probe_seconds(pl_module, batch, pl_module.device, str(trainer.precision))
-        networks = [type(getattr(pl_module, n)).__name__ for n in pl_module.compiled_names
-                    if getattr(pl_module, n, None) is not None]
-        return decide_auto(probe, int(trainer.max_steps) - int(trainer.global_step), device_type, networks,
-                           type(pl_module).__name__)
+        return decide_auto(probe, int(trainer.max_steps) - int(trainer.global_step), device_type,
+                           pl_module.compilable_network_classes(), type(pl_module).__name__)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module) -> None:
         decision = self.decide(trainer, pl_module)
