@@ -91,8 +91,9 @@ def measure_selection(claim: Claim, results: dict, progress: bool = False) -> No
     from ..reporting.selection import measure_run
 
     batches = int(claim.selection.get("batches", 1000))
-    for (key, _seed), result in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        if key not in {r.key for r in claim.runs()} or result.error or "delta_st" in result.metrics:
+    pool = {r.key for r in claim.runs()}
+    for (key, _seed), result in sorted(results.items(), key=lambda kv: kv[0]):
+        if key not in pool or result.error or "delta_st" in result.metrics:
             continue
         record = measure_run(result.path, n_batches=batches, batch_size=64, stream_seed=42, progress=progress)
         if record.error:

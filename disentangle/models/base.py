@@ -198,8 +198,7 @@ class LatentModel(pl.LightningModule):
         """``torch.compile`` each of :attr:`compiled_names` and every regularizer's own networks; returns their names.
         The compiled wrappers are kept outside the module tree (state-dict keys unchanged) and used by the training
         step only, through :meth:`network`; evaluation keeps the eager modules, which share their weights."""
-        compiled = {name: torch.compile(getattr(self, name), **options) for name in self.compiled_names
-                    if getattr(self, name, None) is not None}
+        compiled = {name: torch.compile(net, **options) for name, net in self._compilable_networks().items()}
         self.__dict__["_compiled"] = compiled  # a plain attribute: not a submodule, not in the state dict
         names = list(compiled)
         for key, reg in self.regularizers.items():
@@ -211,11 +210,14 @@ class LatentModel(pl.LightningModule):
         """The names of the networks :meth:`compile_networks` compiled (empty for an eager model)."""
         return list(self.__dict__.get("_compiled", {}))
 
+    def _compilable_networks(self) -> dict[str, nn.Module]:
+        """The networks among :attr:`compiled_names` this model has (an encoder-only model has no decoder)."""
+        return {name: getattr(self, name) for name in self.compiled_names if getattr(self, name, None) is not None}
+
     def compilable_network_classes(self) -> list[str]:
         """The class names of the networks :meth:`compile_networks` would compile (``auto`` looks up their measured
         speed-up: disentangle.runtime.compilation.MEASURED_SPEEDUP)."""
-        return [type(getattr(self, name)).__name__ for name in self.compiled_names
-                if getattr(self, name, None) is not None]
+        return [type(net).__name__ for net in self._compilable_networks().values()]
 
     def network(self, name: str) -> nn.Module:
         """The network ``name`` as a training step runs it: compiled after :meth:`compile_networks`, else the module."""
