@@ -75,6 +75,7 @@ MEASURED_SPEEDUP: dict[str, dict[str, float]] = {
         "ConvEncoder": 1.15, "StyleDecoder": 1.15,  # the QLAE paper's autoencoders: 1.15-1.55x over 13 cases
         "InfoWGAN:StyleDecoder": 0.97,  # its GANs, 0.97-1.09x: the generator compiles, not the critic (double backward)
         "ResidualEncoder": 1.11, "ResidualDecoder": 1.11,  # the Tripod paper's: 1.11-1.46x over 7 cases
+        "DalleEncoder": 1.68, "DalleDecoder": 1.68,  # the FactorQVAE paper's DALL-E-style: 1.68-1.89x over 10 cases
         "DlibEncoder": 0.96, "DlibDecoder": 0.96,  # disentanglement_lib's: 0.96-1.18x (convolution-bound, oneDNN)
         "LachapelleEncoder": 0.83, "LachapelleDecoder": 0.83, "AdditiveDecoder": 0.86,  # the balls' ResNet-18: slower
     },
