@@ -229,8 +229,9 @@ class LatentModel(pl.LightningModule):
         shape drawn from ``generator`` (what trainer.compile=auto times before deciding)."""
         shapes = {"encoder": (self.in_channels, self.resolution, self.resolution),
                   "decoder": (self.latent.out_features,)}
-        return [(getattr(self, name), torch.rand(batch, *shape, generator=generator)) for name, shape in shapes.items()
-                if name in self.compiled_names and getattr(self, name) is not None]
+        nets = self._compilable_networks()
+        return [(nets[name], torch.rand(batch, *shape, generator=generator)) for name, shape in shapes.items()
+                if name in nets]
 
     def training_encode(self, x: torch.Tensor) -> LatentOutput:
         """:meth:`encode` through the training step's (possibly compiled) encoder."""
