@@ -38,8 +38,13 @@ class Setting:
     overrides: tuple[str, ...]
     seconds: dict = field(default_factory=dict, hash=False, compare=False)
 
-    def estimate(self, model: str | None) -> float:
-        return float(self.seconds.get(model, self.seconds.get("default", 120)))
+    def estimate(self, model: str | None, run: str | None = None) -> float:
+        """Seconds of one run: ``seconds[run]`` (the run's directory name, for a side with overrides of its own),
+        else ``seconds[model]``, else ``seconds["default"]`` (120 when absent)."""
+        for key in (run, model):
+            if key is not None and key in self.seconds:
+                return float(self.seconds[key])
+        return float(self.seconds.get("default", 120))
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class RunSpec:
 
     @property
     def seconds(self) -> float:
-        return self.setting.estimate(self.model)
+        return self.setting.estimate(self.model, self.key.split("/", 1)[1])
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,10 @@ def figure(rows: list[dict], path: Path) -> Path | None:
         ax.set_yticklabels([f"{comparison(r)} ({METRIC_LABELS.get(r['metric'], r['metric'])})" for r in mine],
                            fontsize=8)
         ax.set_title(PAPER_TITLES[paper], fontsize=10, loc="left")
-    axes[-1, 0].set_xlabel("difference better − worse (same seed), mean and 95% interval; ticks: seeds")
+    present = [v for v in colours if any(r["verdict"] == v for r in rows)]
+    axes[0, 0].legend(handles=[plt.Line2D([], [], color=colours[v], marker="o", lw=2, label=v) for v in present],
+                      fontsize=7, loc="best", title="verdict", title_fontsize=7)
+    axes[-1, 0].set_xlabel("difference better − worse (same seed): mean and 95% interval\nticks: the seeds' differences")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
