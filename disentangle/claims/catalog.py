@@ -56,17 +56,22 @@ class RunSpec:
     overrides: tuple[str, ...]  # the whole command line but the seed: the setting's, model=..., the side's
 
     @property
-    def key(self) -> str:
-        """The run's directory under ``runs/``: ``<setting>/<model>`` plus a readable slug of its own overrides."""
+    def name(self) -> str:
+        """The run's name within its setting: ``<model>`` plus a readable slug of its own overrides."""
         own = [o for o in self.overrides if o not in self.setting.overrides and not o.startswith("model=")]
         slug = "-".join(re.sub(r"[^A-Za-z0-9_.=]+", "", o.split(".")[-1]).replace("=", "") for o in own)
         if len(slug) > 48:
             slug = slug[:39] + "-" + hashlib.sha1(" ".join(own).encode()).hexdigest()[:8]
-        return f"{self.setting.name}/{self.model}" + (f"-{slug}" if slug else "")
+        return self.model + (f"-{slug}" if slug else "")
+
+    @property
+    def key(self) -> str:
+        """The run's directory under ``runs/``: ``<setting>/<name>``."""
+        return f"{self.setting.name}/{self.name}"
 
     @property
     def seconds(self) -> float:
-        return self.setting.estimate(self.model, self.key.split("/", 1)[1])
+        return self.setting.estimate(self.model, self.name)
 
 
 @dataclass(frozen=True)
