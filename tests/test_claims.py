@@ -211,7 +211,8 @@ def test_a_run_s_own_seconds_come_before_its_model_s():
 @pytest.mark.timeout(600)
 def test_one_claim_end_to_end_at_a_tiny_budget_and_resumed(tmp_path):
     """Cliff against IOSS on the 2-D data, 2 seeds of 30 steps: claims.json, claims.md, claims.png; then one run's
-    result is removed and only that run trains again, to the same numbers."""
+    result is removed and only that run trains again, to the same numbers; then --eval-samples re-evaluates the
+    finished runs without training them."""
     cmd = [sys.executable, "-m", "disentangle.claims", "cliff_above_ioss_2d_mcc", "--seeds", "0,1", "--out",
            str(tmp_path), "--jobs", "2", "--override", "trainer.max_steps=30"]
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
@@ -237,3 +238,20 @@ def test_one_claim_end_to_end_at_a_tiny_budget_and_resumed(tmp_path):
     assert all((p / "train.log").stat().st_size == logs[p] for p in runs[1:])  # the others were reused
     (again,) = json.loads((tmp_path / "claims.json").read_text())
     assert again["better_values"] == row["better_values"] and again["worse_values"] == row["worse_values"]
+
+    # --eval-samples: the finished runs re-evaluated on fewer samples, nothing trained, results in OUT/eval1000/
+    logs = {p: (p / "train.log").stat().st_size for p in runs}
+    third = subprocess.run([*cmd, "--eval-samples", "1000"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                           check=False)
+    assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
+    assert all((p / "train.log").stat().st_size == logs[p] for p in runs)
+    assert all(json.loads((p / "eval1000" / "metrics.json").read_text())["n_samples"] == 1000 for p in runs)
+    (small,) = json.loads((tmp_path / "eval1000" / "claims.json").read_text())
+    assert small["n_seeds"] == 2 and small["verdict"] in VERDICTS
+    assert small["better_values"] != row["better_values"]  # MCC on 1000 of the 5000 points differs
+    # more samples than the data has: each run's error names the size, and the claim is incomplete (exit 1)
+    fourth = subprocess.run([*cmd, "--eval-samples", "9000"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            check=False)
+    assert fourth.returncode == 1
+    (failed,) = json.loads((tmp_path / "eval9000" / "claims.json").read_text())
+    assert failed["verdict"] == "incomplete" and all("9000" in e for e in failed["errors"]) and failed["errors"]

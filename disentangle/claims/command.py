@@ -1,9 +1,11 @@
-"""``python -m disentangle.claims [NAME ...] [--seeds 0,1,2,3,4] [--out DIR] [--list]``: each paper's headline
-comparisons at laptop scale over several seeds, each with a paired 95% interval and a verdict (docs/claims.md).
+"""``python -m disentangle.claims [NAME ...] [--seeds 0,1,2,3,4] [--out DIR] [--list] [--eval-samples N]``: each
+paper's headline comparisons at laptop scale over several seeds, each with a paired 95% interval and a verdict
+(docs/claims.md).
 
 NAME is a claim's name or a paper's (qlae, tripod, factorqvae, friede, cliff: all of its claims); none = all.
 Runs are shared between claims, reused when finished and resumed when interrupted (OUT/runs/...). Writes
-OUT/claims.json, OUT/claims.md, OUT/claims.png and OUT/timing.json.
+OUT/claims.json, OUT/claims.md, OUT/claims.png and OUT/timing.json; with ``--eval-samples N`` the finished runs are
+re-evaluated on N samples first and those files go to OUT/evalN/.
 """
 from __future__ import annotations
 
@@ -41,6 +43,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override for every run (repeatable), e.g. trainer.max_steps=1600 for a 2x budget; "
                         "use another --out for it")
+    p.add_argument("--eval-samples", type=int, default=None, metavar="N",
+                   help="re-evaluate every finished run on N evaluation samples (e.g. 10000, the QLAE and FactorQVAE "
+                        "papers' size) and assess the claims on those; results in OUT/evalN/ (the runs' own "
+                        "evaluation by default)")
     p.add_argument("--confidence", type=float, default=0.95, help="of the paired t interval (default 0.95)")
     return p.parse_args(argv)
 
@@ -83,7 +89,7 @@ def run(args) -> int:
     from .assess import assess
     from .catalog import PAPERS, load_claims, select_claims, unique_runs
     from .report import print_table, write
-    from .runner import measure_selection, schedule, train_all
+    from .runner import evaluate_run, measure_selection, schedule, train_all
 
     claims = select_claims(load_claims(), args.names)
     seeds = parse_seeds(args.seeds)
@@ -91,6 +97,8 @@ def run(args) -> int:
         raise ValueError(f"--jobs must be >= 1 (got {args.jobs})")
     if not 0 < args.confidence < 1:
         raise ValueError(f"--confidence must lie in (0, 1) (got {args.confidence})")
+    if args.eval_samples is not None and args.eval_samples < 2:
+        raise ValueError(f"--eval-samples must be >= 2 (got {args.eval_samples})")
     bad = [o for o in args.override if "=" not in o]
     if bad:
         raise ValueError(f"--override expects KEY=VALUE (got {bad[0]!r})")
@@ -124,9 +132,12 @@ def run(args) -> int:
                 entry["elapsed_s"] += time.perf_counter() - start
                 entry["jobs"] = args.jobs
                 timing_path.write_text(json.dumps(timing, indent=2))
+    if args.eval_samples is not None:
+        for result in tqdm(list(results.values()), desc=f"evaluating on {args.eval_samples} samples", unit="run"):
+            evaluate_run(result, args.eval_samples)
     rows = [assess(c, results, seeds, args.confidence) for c in claims]
     print_table(rows)
-    paths = write(rows, out, timing)
+    paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing)
     print("written: " + ", ".join(str(p) for p in paths.values()))
     return 1 if any(r["verdict"] == "incomplete" for r in rows) else 0
 

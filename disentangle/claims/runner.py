@@ -86,6 +86,42 @@ def train_run(out: Path, spec: RunSpec, seed: int, extra: Sequence[str] = (), th
     return result
 
 
+def evaluate_run(result: RunResult, n_samples: int) -> None:
+    """Re-evaluate a finished run's last checkpoint on ``n_samples`` evaluation samples (its data's evaluation subset
+    drawn at that size, its own estimators otherwise), written to ``<run>/eval<n>/`` and reused from there. The run's
+    metrics become that evaluation's; keys it does not compute (Δ_ST) are kept. A failure is the run's error."""
+    if result.error:
+        return
+    out = result.path / f"eval{n_samples}"
+    if not (out / "metrics.json").is_file():
+        result.error = _evaluate(result.path / "checkpoints" / "last.ckpt", n_samples, out)
+        if result.error:
+            return
+    result.metrics = {**result.metrics, **_read(out / "metrics.json")}
+
+
+def _evaluate(ckpt: Path, n_samples: int, out: Path) -> str | None:
+    """What ``python -m disentangle.evaluate ckpt=CKPT callbacks.evaluation.n_samples=N`` computes, with the run's
+    data config at ``eval_size=N``; None, or the one-line reason it failed."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from ..callbacks import EvaluationError
+    from ..errors import ConfigError
+    from ..runtime.checkpointing import load_checkpoint
+    from ..runtime.config import one_line
+
+    try:
+        model, run, datamodule, state = load_checkpoint(ckpt, None, {"eval_size": n_samples})
+        settings = OmegaConf.create(OmegaConf.to_container(run.callbacks.evaluation, resolve=True))
+        settings.n_samples = n_samples
+        evaluator = instantiate(settings, output_dir=out, progress=False)
+        evaluator.run(model, datamodule, step=int(state.get("global_step", 0)))
+    except (ConfigError, EvaluationError, ValueError) as exc:
+        return f"re-evaluating {ckpt} on {n_samples} samples: {one_line(exc)}"
+    return None
+
+
 def measure_selection(claim: Claim, results: dict, progress: bool = False) -> None:
     """Δ_ST of every finished pool run of a selection claim, stored in its metrics.json (reused when stored)."""
     from ..reporting.selection import measure_run
