@@ -39,6 +39,8 @@ def expected_switches(model: str) -> set[str]:
         keys = {"optimizer.schedule.after"}
         if model.startswith("factor"):
             keys |= {"regularizers.tc_discriminator.schedule.after"}
+        if model in {"betavae_fq", "factorvae"}:  # the Gaussian models: metrics on a sampled z
+            keys |= {"latent.representation"}
         return keys | ({"latent.temperature_decay"} if model in {"factorqvae", "factordvae"} else set())
     if model in FRIEDE:
         return {"init"} | ({"regularizers.tc_discriminator.init"} if model.startswith("factor") else set())
@@ -83,6 +85,8 @@ def test_each_switch_takes_the_spec_value_and_the_authors_code_value():
     spec, code = model_values("factorqvae", "spec"), model_values("factorqvae", "authors_code")
     assert (spec["latent.temperature_decay"], code["latent.temperature_decay"]) == (1e-5, 2e-5)
     assert (spec["optimizer.schedule.after"], code["optimizer.schedule.after"]) == ("hold", "periodic")
+    spec, code = model_values("factorvae", "spec"), model_values("factorvae", "authors_code")
+    assert (spec["latent.representation"], code["latent.representation"]) == ("mean", "sample")
     assert model_values("factordvae_friede", "authors_code")["regularizers.tc_discriminator.init"] == "haiku"
     assert model_values("dvae_friede", "spec")["init"] == "pytorch"
     assert model_values("betavae_friede", "authors_code")["init"] == "glorot"
