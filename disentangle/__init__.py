@@ -2,7 +2,8 @@
 
 The package's layout (docs/index.md, "Layout"): the commands ``python -m disentangle.X`` (``train``,
 ``evaluate``, ``report``, ``select``, ``prepare``, ``chaos``, and the packages ``bench`` and ``doctor``) at the top,
-beside ``errors`` and ``checks``, which every layer imports; the training runtime in ``runtime``; the library in
+beside ``errors`` and ``checks``, which every layer imports; ``foundation`` (precision, schedules, devices,
+provenance), which the library and the runtime share; the training runtime in ``runtime``; the library in
 ``data``, ``metrics``, ``nn``, ``quantizers``, ``regularizers``, ``models``, ``callbacks`` and ``reporting``.
 
 Modules that moved keep their old dotted names (:data:`MOVED`): a stored config's ``_target_:
@@ -21,24 +22,29 @@ import warnings
 # the one place the version is written: pyproject.toml reads it (dynamic version), metrics.json records it
 __version__ = "0.1.0"
 
-# old module name -> where it lives now (issue 30 item 10); old run configs and checkpoints name the old ones
+# old module name -> where it lives now (issue 30 item 10, issue 42); old run configs and checkpoints name the old ones
 MOVED = {
     "disentangle.run": "disentangle.runtime.run",
     "disentangle.checkpointing": "disentangle.runtime.checkpointing",
-    "disentangle.precision": "disentangle.runtime.precision",
-    "disentangle.devices": "disentangle.runtime.devices",
+    "disentangle.precision": "disentangle.foundation.precision",
+    "disentangle.devices": "disentangle.foundation.devices",
     "disentangle.multirun": "disentangle.runtime.multirun",
     "disentangle.loggers": "disentangle.runtime.loggers",
-    "disentangle.schedules": "disentangle.runtime.schedules",
+    "disentangle.schedules": "disentangle.foundation.schedules",
     "disentangle.families": "disentangle.runtime.families",
     "disentangle.config": "disentangle.runtime.config",
     "disentangle.paths": "disentangle.runtime.paths",
-    "disentangle.provenance": "disentangle.runtime.provenance",
+    "disentangle.provenance": "disentangle.foundation.provenance",
     "disentangle.wandb_log": "disentangle.runtime.wandb_log",
     "disentangle.figures": "disentangle.callbacks.figures",
     "disentangle.selection": "disentangle.reporting.selection",
     "disentangle.bench_seeds": "disentangle.bench.seeds",
     "disentangle.bench_tf32": "disentangle.bench.tf32",
+    # issue 42: the leaves the library uses moved below it; a name's oldest alias comes first (former_name)
+    "disentangle.runtime.precision": "disentangle.foundation.precision",
+    "disentangle.runtime.devices": "disentangle.foundation.devices",
+    "disentangle.runtime.schedules": "disentangle.foundation.schedules",
+    "disentangle.runtime.provenance": "disentangle.foundation.provenance",
 }
 
 

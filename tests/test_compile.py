@@ -22,9 +22,9 @@ from disentangle.runtime.compilation import (
     decide_auto,
     expected_speedup,
 )
-from disentangle.runtime.devices import SIMULATE_VARIABLE
+from disentangle.foundation.devices import SIMULATE_VARIABLE
 from disentangle.runtime.families import FAMILIES, family_label
-from disentangle.runtime.precision import autocast_for
+from disentangle.foundation.precision import autocast_for
 from disentangle.runtime.run import build, train
 
 pytestmark = pytest.mark.skipif(compiler_missing("cpu") is not None, reason="no C++ compiler for Inductor")

@@ -20,7 +20,7 @@ from disentangle.regularizers import (
 )
 from disentangle.regularizers.tc_discriminator import discriminator_net
 from disentangle.runtime.run import build
-from disentangle.runtime.schedules import cosine_factor
+from disentangle.foundation.schedules import cosine_factor
 
 
 # -- Gumbel-softmax quantizers ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from disentangle.nn.init import INITS, fan_in, initialize
-from disentangle.runtime.precision import float32_math, tf32_mode
+from disentangle.foundation.precision import float32_math, tf32_mode
 
 QLAE_ARCH = {"arch.encoder.norm_before_act", "arch.encoder.negative_slope", "arch.decoder.negative_slope",
              "arch.decoder.output_kernel", "arch.decoder.adain_relu"}

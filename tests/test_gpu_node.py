@@ -23,7 +23,7 @@ from disentangle.data.prepared import (
     resolve_on_device,
 )
 from disentangle.errors import ConfigError
-from disentangle.runtime.devices import (
+from disentangle.foundation.devices import (
     SIMULATE_VARIABLE,
     LauncherConfigError,
     concurrent_jobs,

@@ -6,11 +6,12 @@ the submodule ``pkg.name`` when that is a module of the package. The rules:
 
 * no private name (``_x``, not a dunder) is imported from another module, nor read as ``module._x`` off an
   imported module;
-* lower layers do not import higher ones (see ``FORBIDDEN``). The layers, lowest first: ``errors`` and ``checks``;
-  the runtime's leaf modules (``LEAVES``: precision, schedules, devices, provenance), which import nothing of the
-  package but the foundations; ``metrics``, ``data``, ``nn``; ``quantizers``; ``regularizers``; ``models``;
-  ``callbacks``; the rest of ``runtime``; ``reporting``; the entry points (``ENTRY_POINTS``: the modules and the
-  ``bench`` and ``doctor`` packages behind ``python -m disentangle.X``);
+* lower layers do not import higher ones (see ``FORBIDDEN``), and every import between two rooms of the house runs to
+  a lower floor (``FLOORS``, lowest first): ``errors`` and ``checks``; ``foundation`` (precision, schedules, devices,
+  provenance: nothing of the package but errors and checks); ``metrics``, ``data``, ``nn``, ``published``;
+  ``quantizers``; ``regularizers``; ``models``; ``callbacks``; ``runtime``; ``reporting``; ``bench``; the entry
+  points (``ENTRY_POINTS``: the modules and packages behind ``python -m disentangle.X``). No library module imports
+  the runtime, with no exception by name;
 * no import cycle among the modules of one subpackage (``disentangle/data``, ``disentangle/runtime``, ...; the
   top-level modules of ``disentangle/`` count as one group);
 * no module, config or sweep file names a module by the old name it had before it moved (``disentangle.MOVED``:
@@ -33,18 +34,16 @@ PACKAGE = "disentangle"
 
 # what the commands are: nothing below them imports them
 ENTRY_POINTS = ("disentangle.train", "disentangle.evaluate", "disentangle.report", "disentangle.select",
-                "disentangle.prepare", "disentangle.chaos", "disentangle.bench", "disentangle.doctor")
-# the runtime's modules that the library below the runtime may import: each imports nothing of the package but
-# errors, checks and the package itself (test_runtime_leaves_import_only_the_foundations)
-LEAVES = ("disentangle.runtime.precision",   # models, regularizers: autocast state, fp32 islands, TF32
-          "disentangle.runtime.schedules",   # models, regularizers: learning-rate schedules
-          "disentangle.runtime.devices",     # data: how many jobs share a GPU (data.on_device=auto)
-          "disentangle.runtime.provenance")  # callbacks: the software versions every metrics.json records
+                "disentangle.prepare", "disentangle.chaos", "disentangle.bench", "disentangle.doctor",
+                "disentangle.claims")
+# the foundation the library stands on: each module imports nothing of the package but errors, checks and the
+# package itself (test_the_foundation_imports_only_errors_and_checks)
+FOUNDATION = "disentangle.foundation"
 FOUNDATIONS = ("disentangle", "disentangle.errors", "disentangle.checks")
 RUNTIME = "disentangle.runtime"
 LIBRARY = ("disentangle.models", "disentangle.callbacks", "disentangle.regularizers", "disentangle.quantizers")
 
-# importer prefix -> module prefixes it must not import (a module of LEAVES is never banned)
+# importer prefix -> module prefixes it must not import (no exceptions by name)
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "disentangle.metrics": (*LIBRARY, RUNTIME, "disentangle.reporting", *ENTRY_POINTS),
     "disentangle.data": (*LIBRARY, RUNTIME, "disentangle.reporting", *ENTRY_POINTS),
@@ -197,8 +196,6 @@ def _forbidden_imports(importers: tuple[str, ...]) -> list[str]:
             if not _within(module, prefix):
                 continue
             for imp in imports:
-                if any(_within(imp.target, leaf) for leaf in LEAVES):
-                    continue
                 hit = next((b for b in banned if _within(imp.target, b)), None)
                 if hit is not None:
                     problems.append(f"{imp.where()}  ({prefix} must not import {hit})")
@@ -230,7 +227,7 @@ def test_reporting_imports_no_models_data_or_entry_points():
         pytest.fail(_report("reporting imports models, data or an entry point", problems), pytrace=False)
 
 
-def test_callbacks_import_no_runtime_beyond_its_leaves():
+def test_callbacks_import_no_runtime():
     problems = _forbidden_imports(("disentangle.callbacks",))
     if problems:
         pytest.fail(_report("callbacks import the runtime or higher", problems), pytrace=False)
@@ -248,21 +245,78 @@ def test_bench_imports_no_doctor():
         pytest.fail(_report("bench imports the doctor", problems), pytrace=False)
 
 
-def test_runtime_leaves_import_only_the_foundations():
+def test_the_foundation_imports_only_errors_and_checks():
+    foundation = [m for m in MODULES if _within(m, FOUNDATION)]
     problems = [
         f"{imp.where()}  ({module} may import only {', '.join(FOUNDATIONS)})"
-        for module in LEAVES
+        for module in foundation
         for imp in PARSED[module][1]
-        if _within(imp.target, PACKAGE) and imp.target not in FOUNDATIONS
+        if _within(imp.target, PACKAGE) and imp.target not in FOUNDATIONS and not _within(imp.target, FOUNDATION)
     ]
-    assert all(leaf in MODULES for leaf in LEAVES), [leaf for leaf in LEAVES if leaf not in MODULES]
+    assert {f"{FOUNDATION}.{leaf}" for leaf in ("precision", "schedules", "devices", "provenance")} <= set(foundation)
     if problems:
-        pytest.fail(_report("runtime leaves import more than the foundations", problems), pytrace=False)
+        pytest.fail(_report("the foundation imports more than errors and checks", problems), pytrace=False)
+
+
+# the house, lowest floor first: each room (a subpackage or a top-level module) on one floor
+FLOORS: tuple[tuple[str, ...], ...] = (
+    FOUNDATIONS,
+    (FOUNDATION,),
+    ("disentangle.metrics", "disentangle.data", "disentangle.nn", "disentangle.published"),
+    ("disentangle.quantizers",),
+    ("disentangle.regularizers",),
+    ("disentangle.models",),
+    ("disentangle.callbacks",),
+    (RUNTIME,),
+    ("disentangle.reporting",),
+    ("disentangle.bench",),
+    tuple(e for e in ENTRY_POINTS if e != "disentangle.bench"),
+)
+
+
+def _room(module: str) -> str | None:
+    """The longest room name of ``FLOORS`` that ``module`` lies in."""
+    rooms = [room for floor in FLOORS for room in floor if _within(module, room) and room != PACKAGE]
+    if module == PACKAGE:
+        return PACKAGE
+    return max(rooms, key=len) if rooms else None
+
+
+FLOOR_OF = {room: level for level, floor in enumerate(FLOORS) for room in floor}
+
+
+def test_every_module_has_a_room_in_the_house():
+    homeless = sorted(m for m in MODULES if _room(m) is None)
+    assert not homeless, f"modules on no floor of FLOORS: {homeless}"
+
+
+def test_every_import_between_rooms_runs_downhill():
+    """The whole import graph read: an import from one room to another goes to a strictly lower floor."""
+    problems = []
+    for module, (_, imports) in PARSED.items():
+        here = _room(module)
+        for imp in imports:
+            if imp.target not in MODULES:
+                continue
+            there = _room(imp.target)
+            if there != here and FLOOR_OF[there] >= FLOOR_OF[here]:
+                problems.append(f"{imp.where()}  ({here}, floor {FLOOR_OF[here]} -> {there}, floor {FLOOR_OF[there]})")
+    if problems:
+        pytest.fail(_report("imports that run up (or across) the house", problems), pytrace=False)
+
+
+def test_no_library_module_imports_the_runtime():
+    """The rule the foundation made possible, spelled out: below the runtime, nothing imports it."""
+    below = [room for floor in FLOORS[: FLOOR_OF[RUNTIME]] for room in floor]
+    problems = [imp.where() for module, (_, imports) in PARSED.items()
+                if _room(module) in below for imp in imports if _within(imp.target, RUNTIME)]
+    assert not problems, "library modules import the runtime:\n  " + "\n  ".join(problems)
 
 
 def test_every_rule_names_real_modules():
     """A renamed package must not leave a rule that checks nothing."""
-    names = [*FORBIDDEN, *(b for banned in FORBIDDEN.values() for b in banned), *ENTRY_POINTS, *LEAVES]
+    names = [*FORBIDDEN, *(b for banned in FORBIDDEN.values() for b in banned), *ENTRY_POINTS,
+             *(room for floor in FLOORS for room in floor)]
     missing = sorted({n for n in names if not any(_within(m, n) for m in MODULES)})
     assert not missing, f"rules name no module of the package: {missing}"
 

@@ -1,5 +1,5 @@
 """Mixed precision keeps every estimator right (issues 22, 30): the fp32 islands of
-:mod:`disentangle.runtime.precision`, each of which must earn its place (its term on a real model batch is
+:mod:`disentangle.foundation.precision`, each of which must earn its place (its term on a real model batch is
 wrong under bf16 autocast without it and right with it), each sensitive term under bf16 autocast against
 float32, NHP against a decoder with a known Hessian, the quickstarts' first logged terms under
 ``trainer.precision=bf16-mixed``, and the refusals."""
@@ -25,7 +25,7 @@ from disentangle.regularizers import NormalizedHessianPenalty
 from disentangle.regularizers.base import StepContext, batch_std
 from disentangle.regularizers.nhp import normalized_hessian_penalty
 from disentangle.regularizers.tc_discriminator import discriminator_logits
-from disentangle.runtime.precision import (
+from disentangle.foundation.precision import (
     ISLANDS,
     autocast_for,
     in_float32,

@@ -9,7 +9,7 @@ from importlib import metadata
 
 from conftest import FAST, ROOT, compose_config
 
-from disentangle.runtime.provenance import git_state, software_versions
+from disentangle.foundation.provenance import git_state, software_versions
 from disentangle.runtime.run import train
 
 REQUIRED = {"python", "disentangle", "torch", "pytorch_lightning", "hydra", "numpy", "scikit_learn", "scipy", "wandb"}

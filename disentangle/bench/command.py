@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     if args.what == "steps":
         if args.precision:  # the same refusals as a training run (16-mixed off CUDA names bf16-mixed)
             from ..errors import ConfigError
-            from ..runtime.precision import resolve_precision
+            from ..foundation.precision import resolve_precision
 
             try:
                 resolve_precision(args.precision, args.device)

@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from ..runtime import config as _config  # noqa: F401  (registers the resolvers used by conf/)
 from ..runtime.compilation import compile_options
 from ..runtime.paths import config_dir
-from ..runtime.precision import autocast_for, float32_math
+from ..foundation.precision import autocast_for, float32_math
 
 CONF = config_dir()
 

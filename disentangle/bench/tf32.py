@@ -4,7 +4,7 @@ For each case one model, one batch and one seed; the first training step's terms
 loss are computed under each TF32 setting and compared with full float32 (TF32 off everywhere):
 
 * ``tf32``: TF32 matrix products and convolutions outside the fp32 islands (``tf32=true``; the islands switch it
-  off, :mod:`disentangle.runtime.precision`);
+  off, :mod:`disentangle.foundation.precision`);
 * ``tf32, islands too``: TF32 everywhere, islands included -- what JAX's default precision does on an Ampere or
   newer GPU, i.e. the QLAE, Tripod and Friede et al. authors' runs;
 * ``conv``: TF32 convolutions only (``tf32=conv``; PyTorch's defaults, the FactorQVAE authors' code).
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..runtime.precision import tf32_flags
+from ..foundation.precision import tf32_flags
 
 CASES = [
     ("qlae", ["model=qlae"]),

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..metrics.suite import SCALAR_LABELS, resolve_options
-from ..runtime.provenance import software_versions
+from ..foundation.provenance import software_versions
 from .figures import (
     dci_importance_heatmap,
     factor_recovery_scatter,

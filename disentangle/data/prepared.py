@@ -123,7 +123,7 @@ def resolve_on_device(setting, device: torch.device | str, nbytes: int, free: in
     """Whether the images (``nbytes``) are kept on ``device``: never on the CPU; ``True`` / ``False`` as given
     elsewhere; ``"auto"`` on a CUDA device when ``nbytes <= ON_DEVICE_FRACTION * free / share``, ``free`` being the
     device's free memory (``torch.cuda.mem_get_info`` when not given) and ``share`` the runs that share the GPU
-    (:func:`disentangle.runtime.devices.gpu_share`); on other devices ``auto`` is False."""
+    (:func:`disentangle.foundation.devices.gpu_share`); on other devices ``auto`` is False."""
     setting = check_on_device(setting)
     device = torch.device(device)
     if device.type == "cpu" or setting is False:
@@ -277,7 +277,7 @@ class PreparedDataModule(FactorDataModule):
         if device.type == "cpu":
             return False
         if self._keeps_on is None or self._keeps_on[0] != device:
-            from ..runtime.devices import gpu_share
+            from ..foundation.devices import gpu_share
 
             share = gpu_share() if self.on_device == "auto" and device.type == "cuda" else 1
             keep = resolve_on_device(self.on_device, device, self.data.images.nbytes, share=share)

@@ -158,12 +158,12 @@ def _doctor(args, progress) -> dict:
 
     from ..bench import STEP_CASES
     from ..runtime.families import FAMILIES
-    from ..runtime.precision import cuda_bf16_native
+    from ..foundation.precision import cuda_bf16_native
 
     cuda = torch.cuda.is_available()
     n_gpus = torch.cuda.device_count() if cuda else 0
     _check_options(args, cuda)
-    cuda_bf16 = cuda and cuda_bf16_native()  # emulated bf16 is not run (runtime.precision.resolve_precision refuses it)
+    cuda_bf16 = cuda and cuda_bf16_native()  # emulated bf16 is not run (foundation.precision.resolve_precision refuses it)
     steps = args.steps or (2 if args.quick else 4)
     report: dict = {"started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                     "command": ["python", "-m", "disentangle.doctor", *args.argv],

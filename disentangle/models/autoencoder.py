@@ -10,7 +10,7 @@ regularizer's own optimizer, then the lr schedulers) so that a regularizer can o
 model (FactorVAE's discriminator); Lightning still saves and restores every optimizer and scheduler, and the
 global step counts batches.
 
-Mixed precision (:mod:`disentangle.runtime.precision`): encoder and decoder run in the trainer's precision; the latent
+Mixed precision (:mod:`disentangle.foundation.precision`): encoder and decoder run in the trainer's precision; the latent
 module (``run_latent``) is an fp32 island; the reconstruction losses run in float32 because autocast computes
 ``binary_cross_entropy_with_logits`` and ``mse_loss`` in float32 (the islands they had changed nothing); the
 regularizers' islands are listed in docs/precision.md. The weighted total is float32.
@@ -27,7 +27,7 @@ from ..errors import ConfigError, NonFiniteLossError
 from ..quantizers.base import LatentModule
 from ..regularizers.base import Regularizer, StepContext
 from ..regularizers.weight_decay import decay_groups
-from ..runtime.schedules import build_scheduler
+from ..foundation.schedules import build_scheduler
 from .base import RECONSTRUCTIONS, LatentModel, as_list, step_optimizer, unwrap_optimizer
 
 __all__ = ["RECONSTRUCTIONS", "Autoencoder", "NonFiniteLossError", "bce_reconstruction", "mse_reconstruction",

@@ -46,8 +46,8 @@ from ..checks import check_one_of
 from ..errors import ConfigError, NonFiniteLossError
 from ..nn.init import initialize
 from ..quantizers.base import LatentModule, LatentOutput, LatentSpec
-from ..runtime.precision import autocast_active, full_precision, island_on, register_island, tf32_active
-from ..runtime.schedules import build_scheduler
+from ..foundation.precision import autocast_active, full_precision, island_on, register_island, tf32_active
+from ..foundation.schedules import build_scheduler
 
 RECONSTRUCTIONS = ("bce", "bce_sum", "mse")
 LATENT_ISLAND = register_island("models.base.LatentModel.run_latent", "the latent module on the encoder's output")
@@ -185,7 +185,7 @@ class LatentModel(pl.LightningModule):
 
     def run_latent(self, pre: torch.Tensor) -> LatentOutput:
         """The latent module on the encoder's output, as an fp32 island under mixed precision
-        (:mod:`disentangle.runtime.precision`): quantizer distances and commitment terms, Gaussian sampling and
+        (:mod:`disentangle.foundation.precision`): quantizer distances and commitment terms, Gaussian sampling and
         KL, Gumbel and categorical softmaxes and their KLs are all computed in float32, from the encoder output cast
         to float32 (a grid value or a codebook row rounded to bf16 would no longer be a code)."""
         if not (autocast_active() or tf32_active()) or not island_on(LATENT_ISLAND):

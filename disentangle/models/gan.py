@@ -21,7 +21,7 @@ updates. The generator's optimizer is stepped unwrapped, so it is not counted; a
 generator has made ``global_step // n_critic`` updates. The schedule reads the global step, which checkpoints
 restore, so a resumed run continues the schedule exactly; both optimizers' states are in every checkpoint.
 
-**Mixed precision** (:mod:`disentangle.runtime.precision`): trunk, critic head and generator run in the
+**Mixed precision** (:mod:`disentangle.foundation.precision`): trunk, critic head and generator run in the
 trainer's precision; the latent module and the whole gradient penalty (its critic pass on the interpolates,
 the input gradient and its norm, pinned to 1) are fp32 islands; the value terms' batch means (a small
 difference of two means) are taken of float32 casts, and the latent reconstruction is float32 (an MSE of the
@@ -41,7 +41,7 @@ from ..errors import ConfigError
 from ..nn.critic import CriticHead, trunk_width
 from ..quantizers.base import LatentModule, LatentOutput
 from ..regularizers.weight_decay import decay_groups
-from ..runtime.precision import island, register_island
+from ..foundation.precision import island, register_island
 from .base import LatentModel, as_list, step_optimizer
 
 __all__ = ["INTERVENTION_BASES", "InfoWGAN", "frozen", "gradient_penalty", "interpolate", "latent_reconstruction",

@@ -1,7 +1,7 @@
 """The categorical latent of Friede et al.'s D-VAE: Gumbel-softmax over m ordered categories embedded on a fixed grid
 (categorical_vae.md §3.2–3.8).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the whole module runs in float32
+Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32
 (``LatentModel.run_latent``): the Gumbel-softmax over the categories and its KL.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Plain continuous latent (AE, BioAE): z is the encoder output (spec qlae.md §3.4).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): runs in float32 like every latent module
+Mixed precision (:mod:`disentangle.foundation.precision`): runs in float32 like every latent module
 (``LatentModel.run_latent``); nothing in it is sensitive.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tripod's finite scalar quantization on a fixed grid (Tripod paper eq. 10; spec tripod.md §2.2).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the whole module runs in float32
+Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32
 (``LatentModel.run_latent``): grid values rounded to bf16 would no longer be grid values.
 """
 from __future__ import annotations

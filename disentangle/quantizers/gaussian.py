@@ -1,6 +1,6 @@
 """Diagonal-Gaussian latent of the VAE baselines (β-VAE, β-TCVAE; spec qlae.md §3.5, §4.3).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the whole module runs in float32 (the model calls every latent
+Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32 (the model calls every latent
 module as an fp32 island, ``LatentModel.run_latent``): sampling, log-density and a KL between nearly equal
 Gaussians. :func:`gaussian_kl` is elementwise, so it stays in float32 on float32 inputs without an island of its own.
 """

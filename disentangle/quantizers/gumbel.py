@@ -1,7 +1,7 @@
 """Gumbel-softmax quantization over one global codebook: QVAE/FactorQVAE and dVAE/FactordVAE (Baykal et al.;
 spec factorqvae.md §4.1–4.4).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the whole module runs in float32
+Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32
 (``LatentModel.run_latent``): the Gumbel-softmax, its log-probabilities and the KL to the uniform prior.
 """
 from __future__ import annotations

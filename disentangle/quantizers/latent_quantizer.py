@@ -2,7 +2,7 @@
 
 Spec: qlae.md §3.1 (per-dimension codebooks) and §3.2 (one global codebook shared by all dimensions).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the whole module runs in float32 (``LatentModel.run_latent``):
+Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32 (``LatentModel.run_latent``):
 nearest-value search, the quantize and commit distances, and codebook values that bf16 would round off their code.
 """
 from __future__ import annotations

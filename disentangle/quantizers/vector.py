@@ -1,6 +1,6 @@
 """Vector quantization of VQ-VAE as the QLAE paper runs it (van den Oord et al. 2017; spec qlae.md §3.3, §4.6).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the whole module runs in float32
+Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32
 (``LatentModel.run_latent``): code distances (a bf16 tie picks the wrong code) and the codebook/commitment
 terms.
 """

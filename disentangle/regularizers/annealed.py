@@ -1,7 +1,7 @@
 """AnnealedVAE's capacity objective (Burgess et al. 2018, "Understanding disentangling in β-VAE"), as
 disentanglement_lib implements it for Locatello et al.'s study.
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the Gaussian KL it holds at the capacity is computed in float32
+Mixed precision (:mod:`disentangle.foundation.precision`): the Gaussian KL it holds at the capacity is computed in float32
 (``gaussian_kl``, elementwise, from the latent island's float32 ``mu`` and ``sigma``).
 """
 from __future__ import annotations

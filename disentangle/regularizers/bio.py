@@ -1,6 +1,6 @@
 """BioAE's biological constraints on the latent (Whittington et al. 2023; spec qlae.md §4.5).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the constraints run in float32 (elementwise reductions
+Mixed precision (:mod:`disentangle.foundation.precision`): the constraints run in float32 (elementwise reductions
 of the latent island's float32 z; no island of their own).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ cliff.md §1). Kernel density estimates of the standardised batch latents; a uni
 sharp cliffs in each marginal, a bivariate term that wants the cliffs along z_i not to move with z_j, and an
 anti-collapse term that wants each marginal to look like a standardised uniform.
 
-Mixed precision (:mod:`disentangle.runtime.precision`): ``cliff_terms`` reads the latent island's float32 output; under
+Mixed precision (:mod:`disentangle.foundation.precision`): ``cliff_terms`` reads the latent island's float32 output; under
 autocast its bivariate einsum (and what follows it) runs in bf16, the rest in float32. It is no fp32 island: one
 changed no term beyond what the encoder's own bf16 rounding does (docs/precision.md).
 """

@@ -1,7 +1,7 @@
 """DIP-VAE's covariance penalty (Kumar et al. 2018, "Variational Inference of Disentangled Latent Concepts from
 Unlabeled Observations"), as disentanglement_lib implements it for Locatello et al.'s study.
 
-Mixed precision (:mod:`disentangle.runtime.precision`): under autocast the covariance's matrix product, and so
+Mixed precision (:mod:`disentangle.foundation.precision`): under autocast the covariance's matrix product, and so
 the penalty, run in bf16. It is no fp32 island: one moved the penalty by at most 0.2% (at initialisation; near
 C = I not beyond the encoder's own bf16 rounding) and its gradient not measurably (docs/precision.md).
 """

@@ -2,7 +2,7 @@
 on a β-VAE (spec cliff.md §6.4; the hard Hausdorff estimator over latent pairs of Roth et al.'s reused
 code).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): ``hausdorff_factorized_support`` runs in float32
+Mixed precision (:mod:`disentangle.foundation.precision`): ``hausdorff_factorized_support`` runs in float32
 (minimum distances between recombined pairs) without an island: it is elementwise on the latent island's
 float32 output.
 """

@@ -1,7 +1,7 @@
 """IOSS, the independence-of-support score (Wang & Jordan 2021), as the Cliff paper's baseline runs it on an
 autoencoder (spec cliff.md §6.1; the estimator of facebookresearch/CausalRepID's IOSS autoencoder).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): ``ioss`` runs in float32 (nearest-neighbour distances
+Mixed precision (:mod:`disentangle.foundation.precision`): ``ioss`` runs in float32 (nearest-neighbour distances
 and a robust maximum of them) without an island: it reads the latent island's float32 output and autocast
 keeps ``cdist`` in float32.
 """

@@ -1,6 +1,6 @@
 """Kernel-based latent multi-information (Tripod, eqs. 11–14 and Alg. 1 line 13; spec tripod.md §3.2).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the KDE runs in float32 (its log-sum-exps compare
+Mixed precision (:mod:`disentangle.foundation.precision`): the KDE runs in float32 (its log-sum-exps compare
 kernels of nearly equal latents) without an island: it is elementwise on the latent island's float32 z, and so
 is its bandwidth (``batch_std``; from ``pre``, the encoder's bf16 output, the bandwidth is bf16-rounded, which
 moved KLM no more than the encoder's own rounding does).

@@ -1,7 +1,7 @@
 """Normalized Hessian penalty (Tripod, eqs. 16–17 and Alg. 1 lines 15–24; spec tripod.md §4.3), and the
 vanilla Hessian penalty of naive Tripod (Peebles et al. 2020, eqs. 8–9; spec tripod.md §9 item 3).
 
-Under mixed precision the whole penalty is an fp32 island (:mod:`disentangle.runtime.precision`): the second differences
+Under mixed precision the whole penalty is an fp32 island (:mod:`disentangle.foundation.precision`): the second differences
 are divided by ε² = 0.01, so from bf16 activations (8 significant bits) they measure rounding noise (NHP then sits
 near its noise value, the number of layers). The perturbed decoder passes *and* the unperturbed one they are
 differenced against run in float32: the main pass's bf16 activations are not used, z goes through the fp32 pass
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..runtime.precision import autocast_active, island, island_on, register_island, tf32_active
+from ..foundation.precision import autocast_active, island, island_on, register_island, tf32_active
 from .base import Regularizer, StepContext, batch_std
 
 AGGREGATES = ("per_layer", "pooled")

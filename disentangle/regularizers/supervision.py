@@ -1,7 +1,7 @@
 """Semi-supervised disentanglement: a few labelled examples supervise the first latents (categorical_vae.md §6,
 following Locatello et al. 2020 as disentanglement_lib implements it).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the supervised losses run in float32 without an island
+Mixed precision (:mod:`disentangle.foundation.precision`): the supervised losses run in float32 without an island
 of their own (log-likelihoods of the labels from the latent island's float32 ``mu`` or logits; autocast keeps
 the cross-entropies in float32); the labelled batch's encoder pass is the network's own, in the run's
 precision.

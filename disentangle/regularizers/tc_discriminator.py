@@ -1,7 +1,7 @@
 """Total correlation by the density-ratio trick with an adversarial discriminator (FactorVAE, Kim & Mnih 2018;
 FactorQVAE spec factorqvae.md §3.3, §5, §6; Friede et al.'s variant: categorical_vae.md §5).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the discriminator runs in the run's precision, its
+Mixed precision (:mod:`disentangle.foundation.precision`): the discriminator runs in the run's precision, its
 last layer too (an fp32 island there changed the TC term no more than the hidden layers' own bf16 rounding
 does, and its gradient not at all: docs/precision.md); autocast computes its cross-entropy in float32.
 """
@@ -16,7 +16,7 @@ from torch import nn
 
 from ..nn.init import INITS, initialize
 from ..quantizers.base import check_int
-from ..runtime.schedules import build_scheduler
+from ..foundation.schedules import build_scheduler
 from .base import Regularizer, StepContext
 
 NEGATIVES = ("second_batch", "same_batch")

@@ -1,7 +1,7 @@
 """β-TCVAE's decomposition of the KL into index-code MI, total correlation and dimension-wise KL, with the
 minibatch-weighted-sampling estimator (Chen et al. 2018; spec qlae.md §4.4, tripod.md §9 item 1).
 
-Mixed precision (:mod:`disentangle.runtime.precision`): the B x B x n_z log-density table and its log-sum-exps run in
+Mixed precision (:mod:`disentangle.foundation.precision`): the B x B x n_z log-density table and its log-sum-exps run in
 float32 (MI, TC and DWKL are differences of nearly equal log-densities) without an island: they are elementwise
 on the latent island's float32 z, mu and sigma.
 """

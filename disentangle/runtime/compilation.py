@@ -40,7 +40,7 @@ import torch
 
 from ..checks import check_one_of
 from ..errors import ConfigError
-from .precision import autocast_for
+from ..foundation.precision import autocast_for
 
 log = logging.getLogger(__name__)
 

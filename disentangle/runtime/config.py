@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..errors import ConfigError
-from .devices import concurrent_jobs
+from ..foundation.devices import concurrent_jobs
 
 
 def _register() -> None:

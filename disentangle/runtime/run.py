@@ -23,8 +23,8 @@ from . import config as _config  # noqa: F401  (registers the resolvers used by 
 from .checkpointing import check_checkpoint, find_checkpoint, trim_logs
 from .compilation import CompileNetworks, compile_setting, compiler_missing
 from .config import one_line, progress_enabled, progress_setting
-from .devices import job_placement, release_slot, sweep_directory
-from .precision import float32_math, resolve_precision, tf32_mode
+from ..foundation.devices import job_placement, release_slot, sweep_directory
+from ..foundation.precision import float32_math, resolve_precision, tf32_mode
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def build(cfg: DictConfig) -> Job:
         datamodule = instantiate(cfg.data)
         model = instantiate(cfg.model, in_channels=datamodule.num_channels, resolution=datamodule.resolution,
                             dataset_size=datamodule.num_samples)
-        placement = job_placement(cfg)  # job i of a sweep on GPU i mod N (disentangle.runtime.devices)
+        placement = job_placement(cfg)  # job i of a sweep on GPU i mod N (disentangle.foundation.devices)
         precision = precision_of(cfg, model, placement.trainer_kwargs.get("accelerator"))
         # progress bars: `auto` (the default) draws them only in a terminal, not into log files and pipes
         progress = progress_enabled(cfg.trainer.get("enable_progress_bar", "auto"), "trainer.enable_progress_bar")
@@ -128,7 +128,7 @@ def compile_callback(cfg: DictConfig, placement) -> CompileNetworks:
 
 def precision_of(cfg: DictConfig, model, accelerator: str | None = None) -> dict:
     """``trainer.precision`` and ``tf32`` settled for this model on this device (``accelerator``: the job's
-    placement, else ``trainer.accelerator``; :mod:`disentangle.runtime.precision`): ``auto`` becomes what
+    placement, else ``trainer.accelerator``; :mod:`disentangle.foundation.precision`): ``auto`` becomes what
     runs; what cannot run fails in one line. TF32 is set here for the whole process."""
     accelerator = accelerator or cfg.trainer.get("accelerator", "auto")
     precision = resolve_precision(cfg.trainer.get("precision", "auto"), accelerator,

@@ -48,7 +48,7 @@ def software_versions() -> dict[str, str | bool]:
             out["cuda"] = str(torch.version.cuda)
         if torch.backends.cudnn.is_available():
             out["cudnn"] = str(torch.backends.cudnn.version())
-    out.update(git_state(Path(__file__).resolve().parents[2]))  # the checkout holding disentangle/runtime/
+    out.update(git_state(Path(__file__).resolve().parents[2]))  # the checkout holding disentangle/foundation/
     return out
 
 

@@ -332,7 +332,7 @@ def describe_node(runs_per_gpu: int | str = 1) -> str:
             f"{max(1, cores // jobs)} torch thread(s) per job")
 
 
-if __name__ == "__main__":  # python -m disentangle.runtime.devices [runs_per_gpu]: the node's layout
+if __name__ == "__main__":  # python -m disentangle.foundation.devices [runs_per_gpu]: the node's layout
     import sys
 
     try:
