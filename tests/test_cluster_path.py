@@ -194,7 +194,7 @@ def test_a_two_node_ddp_run_ends_with_identical_weights_on_both_nodes(tmp_path):
         _stop(*procs)
     # one process group of two: node 1's process is global rank 1 of 2
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in outputs[0] and "GLOBAL_RANK: 1, MEMBER: 2/2" in outputs[1]
-    ranks = [torch.load(dump / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    ranks = [torch.load(dump / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0]["global_step"] == ranks[1]["global_step"] == 8
     diff = _max_diff(ranks[0]["state_dict"], ranks[1]["state_dict"])
     assert diff == 0.0, diff

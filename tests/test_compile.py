@@ -138,7 +138,7 @@ RUN = [*FAST, "model=tripod", "data=shapes2d", "+trainer.deterministic=true", "c
 
 
 def _weights(run_dir):
-    ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), map_location="cpu", weights_only=False)
+    ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), map_location="cpu", weights_only=True)
     return ckpt
 
 
@@ -256,7 +256,7 @@ def test_compiled_ddp_keeps_the_processes_identical(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     runtime = json.loads((tmp_path / "run" / "metrics.json").read_text())["runtime"]
     assert runtime["compiled"] is True
-    a, b = (torch.load(dump / f"rank{r}.pt", weights_only=False)["state_dict"] for r in range(2))
+    a, b = (torch.load(dump / f"rank{r}.pt", weights_only=True)["state_dict"] for r in range(2))
     assert a["encoder.convs.0.weight"].ne(0).any()
     assert not [k for k in a if not torch.equal(a[k], b[k])]
 

@@ -70,7 +70,7 @@ def test_every_network_stays_identical_across_processes(case, tmp_path):
                   env={"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])})
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] > 0
-    ranks = [torch.load(dump / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    ranks = [torch.load(dump / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert ranks[0]["global_step"] == ranks[1]["global_step"] > 0
     a, b = (r["state_dict"] for r in ranks)
     different = [k for k in a if not torch.equal(a[k], b[k])]

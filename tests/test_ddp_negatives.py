@@ -27,7 +27,7 @@ TOLERANCE = 1e-5  # float summation order: per-process gradient means averaged b
 def _global_batch(dump) -> list[dict]:
     """Every step's discriminator inputs and loss over the global batch: the processes' records in rank order
     (positives and negatives concatenated, losses averaged: the processes hold equal shares)."""
-    ranks = [torch.load(path, weights_only=False) for path in sorted(dump.glob("rank*.pt"))]
+    ranks = [torch.load(path, weights_only=True) for path in sorted(dump.glob("rank*.pt"))]
     assert ranks and all(len(r) == STEPS for r in ranks)
     return [{"joint": torch.cat([r[s]["joint"] for r in ranks]),
              "negatives": torch.cat([r[s]["negatives"] for r in ranks]),

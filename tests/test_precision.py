@@ -9,11 +9,12 @@ import csv
 import importlib
 import json
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, run_cli
+from conftest import ROOT, compose_config, run_cli
 from hydra.utils import instantiate
 from torch import nn
 
@@ -27,6 +28,7 @@ from disentangle.regularizers.nhp import normalized_hessian_penalty
 from disentangle.regularizers.tc_discriminator import discriminator_logits
 from disentangle.foundation.precision import (
     ISLANDS,
+    KEPT_ISLANDS,
     autocast_for,
     in_float32,
     islands_disabled,
@@ -188,12 +190,27 @@ def _measured(model, x, term, measure, precision, disabled=()):
     return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten().double() for g, p in zip(grads, params)])
 
 
-@pytest.mark.parametrize("island", sorted(ISLANDS))
+def test_the_kept_islands_are_the_registry_the_cases_and_the_docs_table():
+    """One list (``KEPT_ISLANDS``): every island in it is registered once the package is imported (an island deleted
+    with its registration fails here), has a case below, and is a row of docs/precision.md's table, and no other
+    island is registered, measured or documented."""
+    assert sorted(ISLANDS) == sorted(KEPT_ISLANDS), "registered vs KEPT_ISLANDS"
+    assert sorted(ISLAND_CASES) == sorted(KEPT_ISLANDS), "ISLAND_CASES vs KEPT_ISLANDS"
+    text = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    table = text[text.index("| island | term (model) |"):].split("\n\n")[0].splitlines()[2:]
+    documented = [re.match(r"\| `([\w.]+)`", row).group(1) for row in table]
+    assert documented == list(KEPT_ISLANDS), "docs/precision.md's island table vs KEPT_ISLANDS"
+
+
+@pytest.mark.parametrize("island", sorted(set(ISLANDS) | set(KEPT_ISLANDS)))
 def test_each_fp32_island_makes_its_term_right_under_bf16_where_it_is_wrong_without_it(island):
     """The mutation check: switching any one island off (and nothing else) makes its term's check fail. The islands
-    are the registry's, so an island added without a case fails here."""
-    assert island in ISLAND_CASES, (f"fp32 island {island} has no case: add one to ISLAND_CASES showing its term wrong "
-                                    f"under bf16 without it, or remove the island")
+    are the registry's and the kept list's, so an island added without a case fails here, and so does a kept island
+    deleted with its registration."""
+    assert island in ISLANDS, f"fp32 island {island} is in KEPT_ISLANDS but nothing registers it (deleted?)"
+    assert island in ISLAND_CASES and island in KEPT_ISLANDS, (
+        f"fp32 island {island} has no case: add it to KEPT_ISLANDS and ISLAND_CASES with a case showing its term "
+        f"wrong under bf16 without it, or remove the island")
     overrides, term, measure, tolerance = ISLAND_CASES[island]
     model = _model(overrides)
     x = _batch(32)

@@ -99,6 +99,14 @@ def to_float32(value: Any) -> Any:
 
 # -- the islands, by name --------------------------------------------------------------------------------
 ISLANDS: dict[str, str] = {}  # every fp32 island of the package: name -> what it computes (its docstring's first line)
+# The islands kept because each earned its place, listed once: name -> the term it keeps right (its model).
+# docs/precision.md's table has exactly these rows, each must be registered when the package is imported, and
+# tests/test_precision.py measures each one (an island deleted with its registration still fails there).
+KEPT_ISLANDS: dict[str, str] = {
+    "models.base.LatentModel.run_latent": "kl (dvae_friede)",
+    "models.gan.InfoWGAN.gradient_penalty_at": "the gradient of gradient_penalty (infowgan_gp)",
+    "regularizers.nhp.NormalizedHessianPenalty.forward": "nhp (tripod)",
+}
 _DISABLED: set[str] = set()  # islands that are plain calls under autocast too (islands_disabled, for the tests)
 
 
