@@ -13,7 +13,7 @@ LOCK := requirements.lock
 LOCK_PYTHON := $(shell sed -n 's/^# python: *//p' $(LOCK) 2>/dev/null)
 USE_LOCK ?= 1
 
-.PHONY: install demo test test-slow test-latest lock chaos claims docs clean
+.PHONY: install demo test test-slow test-latest lock chaos claims docs clean gpu-check
 
 install: $(STAMP)
 
@@ -47,8 +47,12 @@ $(STAMP): pyproject.toml $(LOCK)
 demo: install
 	$(PY) -m disentangle.train experiment=quickstart
 
+# The suite in parallel (pytest-xdist): TEST_WORKERS processes (more than the cores: most heavy tests wait on the
+# subprocesses they start; docs/install.md, "Running the tests"), tests sharing a module's expensive fixture kept on
+# one worker (--dist loadgroup), the 25 slowest listed at the end. One file: `make test PYTEST_ARGS=tests/test_x.py`.
+TEST_WORKERS ?= 4
 test: install
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
@@ -90,6 +94,13 @@ chaos: install
 # goes on where it stopped. CLAIMS_ARGS="tripod --seeds 0,1,2" etc.
 claims: install
 	$(PY) -m disentangle.claims --out outputs/claims $(CLAIMS_ARGS)
+
+# One prepared script for a lent GPU (docs/benchmarks.md, "On a GPU"): doctor, compiled/bf16 steps of every paper
+# network, runs-per-GPU scaling, then the claims packed on the GPU, within 8 minutes; results in docs/gpu-check.json,
+# rendered into docs/benchmarks.md. DEVICE=cpu rehearses it with tiny budgets (outputs/gpu-check/cpu.json).
+DEVICE ?= auto
+gpu-check: install
+	$(PY) -m disentangle.gpu_check --device $(DEVICE) $(GPU_CHECK_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/, failing on any warning;
 # `make docs SERVE=1` serves it with live reload at http://127.0.0.1:8000 instead.

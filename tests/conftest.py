@@ -1,7 +1,9 @@
 """Shared test helpers: compose the real Hydra config in-process, with fast settings for CPU."""
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +44,14 @@ FAST = [
     "print_summary=false",
 ]
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# under pytest-xdist (make test: -n workers) the workers share the cores: each takes its share of them, and so do the
+# processes a test starts (OMP_NUM_THREADS), so that a run in a subprocess computes as its twin in the test process
+# does (a killed-and-resumed run must equal its uninterrupted twin bit for bit)
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, min(2, (os.cpu_count() or 1) // WORKERS))
+torch.set_num_threads(THREADS)
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(THREADS)
 
 
 def compose_config(overrides, output_dir=None):
@@ -66,3 +75,49 @@ def run_cli(*args, env=None, timeout=600):
 @pytest.fixture
 def fast_overrides():
     return list(FAST)
+
+
+def shared_dir(tmp_path_factory, name: str) -> Path:
+    """A directory shared by every xdist worker of this test run (the run's base temp directory; without xdist,
+    this process's), for setup built once and read by many tests."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = root / "shared" / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """``trained_run(*overrides)``: the directory of a run of ``FAST + overrides`` trained once per test run and shared
+    by every test (and xdist worker) that asks for the same overrides; built under a file lock by the first to ask.
+    It is read-only to the tests: one that writes into a run copies it first."""
+    from filelock import FileLock
+
+    from disentangle.runtime.run import train
+
+    root = shared_dir(tmp_path_factory, "runs")
+
+    def get(*overrides: str) -> Path:
+        key = hashlib.sha1("\0".join(overrides).encode()).hexdigest()[:16]
+        out = root / key
+        with FileLock(str(out) + ".lock"):
+            if not (out / "metrics.json").is_file():
+                shutil.rmtree(out, ignore_errors=True)
+                train(compose_config(FAST + list(overrides), output_dir=out))
+        return out
+
+    return get
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (make test), the tests that share a module-scoped fixture of their own module (a
+    trained run, a built wheel and its venv, a logged sweep) run on one worker, so the fixture is built once."""
+    for item in items:
+        definitions = getattr(item, "_fixtureinfo", None)
+        if definitions is None:
+            continue
+        for defs in definitions.name2fixturedefs.values():
+            if defs and defs[-1].scope == "module" and defs[-1].baseid.endswith(".py"):
+                item.add_marker(pytest.mark.xdist_group(defs[-1].baseid))
+                break

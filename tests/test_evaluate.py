@@ -2,13 +2,12 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import FAST, ROOT, compose_config
-
-from disentangle.runtime.run import train
+from conftest import ROOT
 
 
 def run_evaluate(*args):
@@ -17,9 +16,10 @@ def run_evaluate(*args):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run")
-    train(compose_config(FAST + ["model=tripod", "data=shapes2d"], output_dir=out))
+def trained(tmp_path_factory, trained_run):
+    """The shared tiny Tripod run (conftest.trained_run), copied: evaluating writes next to its checkpoint."""
+    out = tmp_path_factory.mktemp("run") / "run"
+    shutil.copytree(trained_run("model=tripod", "data=shapes2d"), out)
     return out
 
 

@@ -35,7 +35,7 @@ PACKAGE = "disentangle"
 # what the commands are: nothing below them imports them
 ENTRY_POINTS = ("disentangle.train", "disentangle.evaluate", "disentangle.report", "disentangle.select",
                 "disentangle.prepare", "disentangle.chaos", "disentangle.bench", "disentangle.doctor",
-                "disentangle.claims")
+                "disentangle.claims", "disentangle.gpu_check")
 # the foundation the library stands on: each module imports nothing of the package but errors, checks and the
 # package itself (test_the_foundation_imports_only_errors_and_checks)
 FOUNDATION = "disentangle.foundation"

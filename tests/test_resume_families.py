@@ -4,6 +4,7 @@ encoder-only or not); each has a representative that is killed after its first c
 with the uninterrupted run's metrics. A new family without a representative fails the enumeration test, naming it."""
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
@@ -69,36 +70,56 @@ def _family_of_config(overrides: list[str], conf_dir: Path = CONF) -> Family:
     return _family_of(_compose(overrides, conf_dir))
 
 
+def _model_families(conf_dir: Path) -> dict[str, tuple]:
+    """model -> (its config as composed alone, its family), for every model config."""
+    plain: dict[str, tuple] = {}
+    for name in sorted(p.stem for p in (conf_dir / "model").glob("*.yaml")):
+        cfg = _compose([f"model={name}", "model/arch=small"] if "balls" not in name
+                       else [f"model={name}", "data=balls"], conf_dir)
+        plain[name] = (OmegaConf.to_container(cfg.model), _family_of(cfg))
+    return plain
+
+
+@functools.cache
+def _checkout_model_families() -> dict[str, tuple]:
+    """:func:`_model_families` of the checkout's conf/, built once per process (the experiment cases share it)."""
+    return _model_families(CONF)
+
+
+def _experiment_families(name: str, plain: dict[str, tuple], conf_dir: Path, with_models: bool
+                         ) -> dict[Family, list[str]]:
+    """Family -> configurations of experiment ``name``: as it is (with the model it brings or the default one), and
+    (``with_models``) with every model, a combination the configs refuse in one line left out."""
+    found: dict[Family, list[str]] = {}
+    try:  # as it is: the model it brings, or the default one (which it may refuse: then only with models)
+        found.setdefault(_family_of_config([f"experiment={name}"], conf_dir), []).append(f"experiment={name}")
+    except (InstantiationException, ValueError, TypeError):
+        pass
+    for model in plain if with_models else ():
+        if "balls" in model:  # Lachapelle et al.'s networks need the balls images
+            continue
+        try:
+            cfg = _compose([f"experiment={name}", f"model={model}", "model/arch=small"], conf_dir)
+            same = OmegaConf.to_container(cfg.model) == plain[model][0]
+            family = plain[model][1] if same else _family_of(cfg)
+        except (InstantiationException, ValueError, TypeError):  # a combination the configs refuse
+            continue
+        found.setdefault(family, []).append(f"experiment={name} model={model}")
+    return found
+
+
 def families_found(conf_dir: Path = CONF, with_models: bool = True) -> dict[Family, list[str]]:
     """Family -> the configurations that give it: every model config, every experiment as it is (with the model it
     brings or the default one), and (``with_models``) every experiment with every model, a combination the configs
     refuse in one line left out. Nothing is read from the files' text: each family comes from a built model (an
     experiment that leaves a model's config as it is gives that model's family without building it again)."""
-    models = sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
-    experiments = sorted(p.stem for p in (conf_dir / "experiment").glob("*.yaml"))
+    plain = _checkout_model_families() if conf_dir == CONF else _model_families(conf_dir)
     found: dict[Family, list[str]] = {}
-    plain: dict[str, tuple] = {}  # model -> (its config as composed alone, its family)
-    for name in models:
-        cfg = _compose([f"model={name}", "model/arch=small"] if "balls" not in name
-                       else [f"model={name}", "data=balls"], conf_dir)
-        family = _family_of(cfg)
-        plain[name] = (OmegaConf.to_container(cfg.model), family)
+    for name, (_, family) in plain.items():
         found.setdefault(family, []).append(f"model={name}")
-    for name in experiments:
-        try:  # as it is: the model it brings, or the default one (which it may refuse: then only with models)
-            found.setdefault(_family_of_config([f"experiment={name}"], conf_dir), []).append(f"experiment={name}")
-        except (InstantiationException, ValueError, TypeError):
-            pass
-        for model in models if with_models else ():
-            if "balls" in model:  # Lachapelle et al.'s networks need the balls images
-                continue
-            try:
-                cfg = _compose([f"experiment={name}", f"model={model}", "model/arch=small"], conf_dir)
-                same = OmegaConf.to_container(cfg.model) == plain[model][0]
-                family = plain[model][1] if same else _family_of(cfg)
-            except (InstantiationException, ValueError, TypeError):  # a combination the configs refuse
-                continue
-            found.setdefault(family, []).append(f"experiment={name} model={model}")
+    for name in sorted(p.stem for p in (conf_dir / "experiment").glob("*.yaml")):
+        for family, configs in _experiment_families(name, plain, conf_dir, with_models).items():
+            found.setdefault(family, []).extend(configs)
     return found
 
 
@@ -106,11 +127,24 @@ def _missing(found: dict[Family, list[str]]) -> dict[Family, list[str]]:
     return {family: configs for family, configs in found.items() if family not in REPRESENTATIVES}
 
 
-def test_every_family_of_the_configs_has_a_representative():
-    missing = _missing(families_found())
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+def test_every_family_of_the_model_configs_has_a_representative():
+    found: dict[Family, list[str]] = {}
+    for name, (_, family) in _checkout_model_families().items():
+        found.setdefault(family, []).append(f"model={name}")
+    missing = _missing(found)
     assert not missing, f"model families without a kill-and-resume representative: {missing}"
     for family, overrides in REPRESENTATIVES.items():  # each representative is what it claims to be
         assert _family_of_config(overrides) == family, overrides
+
+
+# one case per experiment (as it is, and with every model), so that the enumeration spreads over the test workers
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_family_an_experiment_gives_has_a_representative(experiment):
+    missing = _missing(_experiment_families(experiment, _checkout_model_families(), CONF, with_models=True))
+    assert not missing, f"model families without a kill-and-resume representative: {missing}"
 
 
 def test_a_new_family_in_an_experiment_fails_the_enumeration_naming_itself(tmp_path):

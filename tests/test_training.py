@@ -57,10 +57,9 @@ def test_training_reduces_the_loss_and_updates_parameters(tmp_path):
                            next(iter(before.values())), next(iter(after.values())))
 
 
-def test_checkpoint_stores_the_composed_config(tmp_path):
-    cfg = compose_config(FAST + ["model=tripod", "data=shapes2d"], output_dir=tmp_path)
-    train(cfg)
-    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+def test_checkpoint_stores_the_composed_config(trained_run):
+    run = trained_run("model=tripod", "data=shapes2d")  # shared with test_evaluate
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["disentangle_config"]["model"]["name"] == "tripod"
     assert ckpt["global_step"] == 4
 

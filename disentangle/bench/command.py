@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import torch
@@ -10,7 +11,7 @@ from .batches import bench_data
 from .evaluation import bench_metrics
 from .seeds import MODELS as SEED_MODELS
 from .seeds import compare_compiled, compare_precisions
-from .steps import bench_compiled, bench_model, bench_steps, sync
+from .steps import bench_compiled, bench_model, bench_steps, select_cases, sync
 from .terms import bench_terms
 
 
@@ -28,6 +29,12 @@ def main(argv=None) -> None:
                        help="time fp32 and this precision alternately and print their ratio")
     steps.add_argument("--compile", action="store_true",
                        help="time every case eager and compiled (trainer.compile=true), with the compile costs")
+    steps.add_argument("--exact", action="store_true", help="--only names whole labels, timed in that order")
+    steps.add_argument("--resolution", type=int, default=64, help="image side (--compile; default 64, the papers')")
+    steps.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="a training override for every case (--compile; repeatable), e.g. model/arch=small")
+    steps.add_argument("--json", type=Path, default=None,
+                       help="--compile: write the rows here (JSON lines, each as its case finishes)")
     terms = sub.add_parser("terms", help="Cliff, IOSS and HFS alone against the Cliff paper's Shapes3D step")
     terms.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     terms.add_argument("--n", type=int, default=64, help="batch size (Shapes3D's: 64)")
@@ -70,7 +77,21 @@ def main(argv=None) -> None:
             except ConfigError as exc:
                 parser.error(str(exc))
         if args.compile:
-            bench_compiled(args.device, args.repeats, args.batch_size, args.only, args.precision)
+            if args.exact:
+                try:
+                    select_cases(args.only, exact=True)
+                except ValueError as exc:
+                    parser.error(f"--only: {exc}")
+            on_row = None
+            if args.json is not None:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text("")
+
+                def on_row(row, path=args.json):
+                    with open(path, "a") as out:
+                        out.write(json.dumps(row) + "\n")
+            bench_compiled(args.device, args.repeats, args.batch_size, args.only, args.precision, args.resolution,
+                           args.override, on_row, args.exact)
         else:
             bench_steps(args.device, args.repeats, args.batch_size, args.only, args.precision)
     elif args.what == "terms":

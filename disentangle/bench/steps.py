@@ -192,7 +192,8 @@ def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | No
         print(f"  {label:<26} {fp32:8.3f} s {mixed:10.3f} s {fp32 / mixed:8.2f}x", flush=True)
 
 
-def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, warmup: int = 1) -> dict:
+def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, warmup: int = 1,
+                  resolution: int = 64) -> dict:
     """One case eager and compiled in each of ``precisions``, the timers' steps interleaved one by one after
     ``warmup`` steps each. Returns {(precision, compiled): seconds per step} medians and the compile costs:
     ``cold`` = a compiled timer's first step minus a compiled step (median), in an empty compile cache of the case's
@@ -209,18 +210,18 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
     cost = {p: {} for p in precisions}
     with tempfile.TemporaryDirectory(prefix="bench_compile_") as cache, temporary_cache_dir(cache):
         for p in precisions:
-            eager = StepTimer(overrides, device, batch_size, p)
+            eager = StepTimer(overrides, device, batch_size, p, resolution)
             for _ in range(1 + max(1, warmup)):  # the eager timer's warm-up
                 eager.step()
             timers[(p, False)] = eager
         torch.compiler.reset()
         clear_caches()
         for p in precisions:  # cold: an empty cache, nothing in memory
-            cost[p]["cold_first"] = StepTimer(overrides, device, batch_size, p, compiled=True).step()
+            cost[p]["cold_first"] = StepTimer(overrides, device, batch_size, p, resolution, compiled=True).step()
         torch.compiler.reset()  # forget the compiled frames and the in-memory kernels; the on-disk cache stays
         clear_caches()
         for p in precisions:  # warm: the filled cache
-            warm = StepTimer(overrides, device, batch_size, p, compiled=True)
+            warm = StepTimer(overrides, device, batch_size, p, resolution, compiled=True)
             cost[p]["warm_first"] = warm.step()
             for _ in range(max(0, warmup - 1)):
                 warm.step()
@@ -237,24 +238,31 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
 
 
 def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] | None = None,
-                   precision: str | None = None) -> list[dict]:
-    """``bench steps --compile``: every case (or those matching ``only``) eager and compiled, in fp32 and, with
-    ``precision``, in that precision too, steps interleaved (:func:`time_compiled`); speed-ups are against eager fp32
-    of the same case. Prints the table as it goes and returns its rows."""
+                   precision: str | None = None, resolution: int = 64, extra: list[str] | None = None,
+                   on_row=None, exact: bool = False) -> list[dict]:
+    """``bench steps --compile``: every case (or those matching ``only``; with ``exact`` those named exactly, in
+    ``only``'s order) eager and compiled, in fp32 and, with ``precision``, in that precision too, steps interleaved
+    (:func:`time_compiled`); speed-ups are against eager fp32 of the same case. ``extra`` overrides go to every case
+    (e.g. ``model/arch=small`` for a rehearsal). Prints the table as it goes, passes each row to ``on_row`` when it is
+    done, and returns the rows."""
     dev = torch.device(device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     precisions = ["32-true"] + ([precision] if precision not in (None, "32-true") else [])
-    cases = [c for c in STEP_CASES if not only or any(o in c[0] for o in only)]
-    print(f"training step, 64x64, batch {batch_size}, {name}: eager vs compiled (trainer.compile=true), steps "
-          f"interleaved, median of {repeats}; compile cost = first compiled step - a compiled step, cold (empty "
-          f"cache) and warm (cache filled, Dynamo reset)")
+    cases = select_cases(only, exact)
+    print(f"training step, {resolution}x{resolution}, batch {batch_size}, {name}: eager vs compiled "
+          f"(trainer.compile=true), steps interleaved, median of {repeats}; compile cost = first compiled step - a "
+          f"compiled step, cold (empty cache) and warm (cache filled, Dynamo reset)")
     head = f"  {'case':<30} {'eager fp32':>10} {'compiled':>9} {'x':>5}"
     for p in precisions[1:]:
         head += f" {'eager ' + p[:4]:>10} {'compiled':>9} {'x':>5}"
     print(head + f" {'cold s':>7} {'warm s':>7}")
     rows = []
     for label, overrides in cases:
-        result = time_compiled(overrides, dev, batch_size, repeats, precisions)
+        model = bench_model([*overrides, *(extra or [])], batch_size, resolution)
+        networks, model_class = model.compilable_network_classes(), type(model).__name__
+        del model
+        result = time_compiled([*overrides, *(extra or [])], dev, batch_size, repeats, precisions,
+                               resolution=resolution)
         med, cost = result["median"], result["cost"]
         base = med[("32-true", False)]
         line = f"  {label:<30} {base:8.3f} s {med[('32-true', True)]:7.3f} s {base / med[('32-true', True)]:5.2f}"
@@ -263,6 +271,23 @@ def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] |
         cold = sum(c["cold"] for c in cost.values())
         warm = sum(c["warm"] for c in cost.values())
         print(line + f" {cold:7.1f} {warm:7.1f}", flush=True)
-        rows.append({"case": label, "median_s": {f"{p}{' compiled' if c else ''}": v for (p, c), v in med.items()},
-                     "compile_cold_s": cold, "compile_warm_s": warm})
+        row = {"case": label, "median_s": {f"{p}{' compiled' if c else ''}": v for (p, c), v in med.items()},
+               "compile_cold_s": cold, "compile_warm_s": warm, "networks": networks,
+               "compile_cold_s_by_precision": {p: c["cold"] for p, c in cost.items()},
+               "model_class": model_class}
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
     return rows
+
+
+def select_cases(only: list[str] | None, exact: bool = False) -> list[tuple[str, list[str]]]:
+    """The cases of :data:`STEP_CASES` whose label contains one of ``only`` (all without it); with ``exact``, the
+    cases labelled exactly so, in ``only``'s order (an unknown label is a ValueError naming the labels)."""
+    if not exact:
+        return [c for c in STEP_CASES if not only or any(o in c[0] for o in only)]
+    cases = dict(STEP_CASES)
+    unknown = [label for label in only or () if label not in cases]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a bench step label; choose from {', '.join(cases)}")
+    return [(label, cases[label]) for label in only or ()]

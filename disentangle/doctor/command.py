@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="trainer.precision values (default: both)")
     parser.add_argument("--steps", type=int, help="training steps per family run (default 4; --quick 2)")
     parser.add_argument("--skip-timing", action="store_true", help="no timing of the paper configurations")
+    parser.add_argument("--skip-families", action="store_true", help="no family runs (e.g. concurrency alone)")
+    parser.add_argument("--skip-concurrency", action="store_true", help="no concurrent runs per GPU")
     parser.add_argument("--timing-cases", nargs="+", metavar="LABEL",
                         help="bench step labels to time, or 'all' (default: all on CUDA; "
                              f"{', '.join(CPU_TIMING_CASES)} on a CPU)")
@@ -180,10 +182,12 @@ def _doctor(args, progress) -> dict:
         skip("families on CUDA", "no CUDA device: the accelerator here is the CPU")
         skip("GPU vs CPU evaluation of the same weights", "no GPU: the CPU is the only device")
     names = [family_name(c) for c in FAMILIES.values()]
-    chosen = args.families or (QUICK_FAMILIES if args.quick else names)
+    chosen = [] if args.skip_families else args.families or (QUICK_FAMILIES if args.quick else names)
     families = [(f, c) for f, c in FAMILIES.items() if family_name(c) in chosen]
     left_out = [n for n in names if n not in chosen]
-    if left_out:
+    if args.skip_families:
+        skip("family runs", "--skip-families")
+    elif left_out:
         skip(f"{len(left_out)} families not selected", f"{', '.join(left_out)} (--families/--quick)")
     runs = []
     for accelerator in accelerators:
@@ -207,9 +211,11 @@ def _doctor(args, progress) -> dict:
     compiled = [label for label in timed if label in wanted]
     if not compiled and timed:
         skip("compiled timing (trainer.compile)", "no timed case selected for it (--compile-cases)")
-    concurrency_device = args.concurrency_device or ("cuda" if cuda else None)
+    concurrency_device = None if args.skip_concurrency else args.concurrency_device or ("cuda" if cuda else None)
     levels = args.concurrency_runs or ((1, 2, 4) if args.quick else CONCURRENCY_RUNS)
-    if concurrency_device is None:
+    if args.skip_concurrency:
+        skip("concurrent runs on one GPU (runs_per_gpu)", "--skip-concurrency")
+    elif concurrency_device is None:
         skip("concurrent runs on one GPU (runs_per_gpu)", "no CUDA device")
     if n_gpus < 2:
         skip("2-process DDP", f"needs 2 or more GPUs ({n_gpus} visible)")
@@ -251,7 +257,8 @@ def _doctor(args, progress) -> dict:
                 args.concurrency_batch_size, precision, resolution=args.concurrency_resolution,
                 workdir=workdir / "concurrency", progress=bar, overrides=args.concurrency_override)
         else:
-            report["concurrency"] = {"status": "skipped", "reason": "no CUDA device"}
+            report["concurrency"] = {"status": "skipped",
+                                     "reason": "--skip-concurrency" if args.skip_concurrency else "no CUDA device"}
 
         if n_gpus >= 2:
             bar("2-process DDP on the GPUs")

@@ -1,0 +1,365 @@
+"""``python -m disentangle.gpu_check`` (``make gpu-check``): one prepared script for a lent GPU, within a time budget
+(8 minutes by default), measuring what this project has never measured on CUDA:
+
+1. ``doctor``: every quick family a few steps on the GPU in fp32 and bf16, the same metrics as on the CPU;
+2. ``steps``: ``bench steps --compile --precision bf16-mixed`` for one case of every paper network (:data:`CASES`),
+   eager and compiled, in fp32 (TF32 as each model's runs set it) and bf16;
+3. ``runs_per_gpu``: the doctor's concurrent runs on one GPU (1, 2, 4, 8) and the ``runs_per_gpu`` it recommends;
+4. ``claims``: the papers' claims at laptop budget, ``--jobs`` = that recommendation packed on the GPU, for as long
+   as the budget lasts (the runs are resumable: a later check goes on where this one stopped).
+
+Each stage is a subprocess with its share of the budget (:data:`SHARES`; the claims get what is left) and its own
+log; a stage that runs out of time is stopped (its whole process group) and recorded as ``timeout`` with what it
+had written, and the next one starts. Everything lands in one JSON results file with the device, driver, CUDA and
+torch versions, and the values the compile ``auto`` rule takes for CUDA (:func:`proposed_constants`); on CUDA the
+results are rendered into ``docs/benchmarks.md`` (between the ``gpu-check`` markers, :func:`render`).
+
+``--device cpu`` is the rehearsal (``make gpu-check DEVICE=cpu``, run by the test suite): the same stages and code
+paths with tiny budgets (the small architecture at 16x16, one case, two concurrency levels, seconds of claims), so
+the script runs at the first try on a GPU. Its results go to ``outputs/gpu-check/`` and the docs are left alone.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .runtime.paths import checkout_root
+
+# one case per paper network (and the GANs' step, whose critic stays eager): the compile rule's keys on CUDA
+CASES = ("qlae", "tripod", "factorqvae", "dvae_friede", "infowgan_gp", "cliff_balls", "additive_decoder_balls")
+STAGES = ("doctor", "steps", "runs_per_gpu", "claims")
+# each stage's share of the budget; the claims take what the others left
+SHARES = {"doctor": 0.20, "steps": 0.45, "runs_per_gpu": 0.15}
+BUDGET_S = 480.0  # 8 minutes on one GPU
+REHEARSAL_BUDGET_S = 150.0
+RESERVE_S = 5.0  # kept back for writing the results
+BEGIN, END = "<!-- gpu-check:begin -->", "<!-- gpu-check:end -->"
+DOCS = Path("docs/benchmarks.md")
+RESULTS = Path("docs/gpu-check.json")
+
+
+def stage_commands(device: str, work: Path, runs_per_gpu: int | None, claims: list[str], seeds: str
+                   ) -> dict[str, list[str]]:
+    """Each stage's command line: the real check on CUDA, tiny budgets on a CPU (the rehearsal)."""
+    py = [sys.executable, "-m"]
+    if device == "cuda":
+        doctor = ["--quick", "--accelerators", "cuda", "--skip-timing", "--skip-concurrency"]
+        steps = ["--only", *CASES, "--exact", "--repeats", "10"]
+        concurrency = ["--concurrency-device", "cuda", "--concurrency-runs", "1", "2", "4", "8",
+                       "--concurrency-steps", "100"]
+        claims_extra: list[str] = []
+    else:
+        doctor = ["--families", "qlae", "--accelerators", "cpu", "--steps", "1", "--skip-timing",
+                  "--skip-concurrency"]
+        steps = ["--only", "qlae", "--exact", "--repeats", "1", "--batch-size", "4", "--resolution", "16",
+                 "--override", "model/arch=small"]
+        concurrency = ["--concurrency-device", "cpu", "--concurrency-runs", "1", "2", "--concurrency-steps", "3",
+                       "--concurrency-batch-size", "8", "--concurrency-resolution", "16",
+                       "--concurrency-override", "model/arch=small"]
+        claims_extra = ["--override", "model/arch=small", "--override", "data.resolution=16"]
+    return {
+        "doctor": [*py, "disentangle.doctor", "--json", str(work / "doctor.json"), *doctor],
+        "steps": [*py, "disentangle.bench", "steps", "--device", device, "--compile", "--precision", "bf16-mixed",
+                  "--json", str(work / "steps.jsonl"), *steps],
+        "runs_per_gpu": [*py, "disentangle.doctor", "--json", str(work / "runs_per_gpu.json"), "--skip-families",
+                         "--skip-timing", *concurrency],
+        "claims": [*py, "disentangle.claims", *claims, "--seeds", seeds, "--jobs", str(runs_per_gpu or 1),
+                   "--out", str(work / "claims"), *claims_extra],
+    }
+
+
+def run_stage(command: list[str], timeout: float, log: Path) -> dict:
+    """Run one stage in a process group of its own; stop the group when ``timeout`` runs out. Its status (ok, fail,
+    timeout), seconds, exit code and the last lines of its log."""
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=checkout_root(), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            code = proc.wait(timeout=max(1.0, timeout))
+            status = "ok" if code == 0 else "fail"
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            code, status = None, "timeout"
+    tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-8:]
+    return {"status": status, "seconds": round(time.perf_counter() - start, 1), "exit_code": code,
+            "timeout_s": round(timeout, 1), "command": command[2:], "log_tail": tail}
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the stage's whole process group (its workers and training runs too), SIGKILL 10 s later."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def environment(device: str) -> dict:
+    """The device, driver, CUDA, cuDNN, torch and Python versions, the CPU, and the checkout's commit."""
+    import torch
+
+    from .foundation.provenance import git_state
+
+    env = {"device_type": device, "torch": torch.__version__, "python": platform.python_version(),
+           "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "git": git_state(checkout_root())}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env.update({"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
+                    "memory_gib": round(props.total_memory / 2**30, 1), "capability": f"{props.major}.{props.minor}",
+                    "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                    "driver": _nvidia_smi("driver_version"), "bf16": torch.cuda.is_bf16_supported()})
+    else:
+        env.update({"device": f"CPU: {env['cpu']}", "driver": None, "cuda": None})
+    return env
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_smi(field: str) -> str | None:
+    try:
+        done = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def collect(stage: str, work: Path) -> dict:
+    """What a stage left behind, read as data (whatever its status: a stopped stage keeps its finished part)."""
+    if stage == "doctor":
+        report = _read_json(work / "doctor.json")
+        return {"families": [{k: f.get(k) for k in ("family", "accelerator", "precision", "status", "error",
+                                                     "seconds", "metrics")} for f in report.get("families", [])],
+                "failures": report.get("failures"), "skipped": report.get("skipped", [])}
+    if stage == "steps":
+        path = work / "steps.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+        return {"rows": rows}
+    if stage == "runs_per_gpu":
+        return {"concurrency": _read_json(work / "runs_per_gpu.json").get("concurrency", {})}
+    claims = work / "claims"
+    runs = [_read_json(p) for p in sorted(claims.glob("runs/*/*/seed*/claim_run.json"))]
+    finished = sorted(claims.glob("runs/*/*/seed*/metrics.json"))
+    walls = [r.get("wall_s", 0.0) for r in runs if r]
+    verdicts: dict[str, int] = {}
+    assessed = claims / "claims.json"
+    for row in json.loads(assessed.read_text()) if assessed.is_file() else []:  # a list: one object per claim
+        verdicts[row.get("verdict", "?")] = verdicts.get(row.get("verdict", "?"), 0) + 1
+    return {"runs_started": len(runs), "runs_finished": len(finished),
+            "median_run_s": round(statistics.median(walls), 1) if walls else None, "verdicts": verdicts}
+
+
+def proposed_constants(steps_rows: list[dict], device: str) -> dict:
+    """What the compile ``auto`` rule would take for ``device`` from these rows (as the CPU's were made): per network
+    class (``<model class>:<network>`` where the CPU table keys it so) the smallest fp32 speed-up of the cases that
+    compile it, and a compile cost 30% above the largest cold compile of one precision, rounded up to 10 s."""
+    from .runtime.compilation import MEASURED_SPEEDUP
+
+    keyed_by_model = {k for k in MEASURED_SPEEDUP.get("cpu", {}) if ":" in k}
+    speedup: dict[str, float] = {}
+    costs = []
+    for row in steps_rows:
+        med = row.get("median_s", {})
+        eager, compiled = med.get("32-true"), med.get("32-true compiled")
+        if not eager or not compiled:
+            continue
+        for net in row.get("networks", []):
+            key = f"{row.get('model_class')}:{net}"
+            key = key if key in keyed_by_model else net
+            speedup[key] = round(min(speedup.get(key, float("inf")), eager / compiled), 2)
+        costs += list(row.get("compile_cold_s_by_precision", {}).values())
+    cost = None if not costs else float(10 * -(-1.3 * max(costs) // 10))
+    return {"device": device, "MEASURED_SPEEDUP": dict(sorted(speedup.items())), "EXPECTED_cost_s": cost}
+
+
+def check(device: str, budget: float, out: Path, work: Path, claims: list[str], seeds: str,
+          claims_seconds: float | None = None, progress=print) -> dict:
+    """Run the stages in order within ``budget`` seconds (the claims at most ``claims_seconds`` of what is left);
+    returns (and writes to ``out``) the results."""
+    started = time.perf_counter()
+    deadline = started + budget
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict = {"schema": 1, "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                     "budget_s": budget, "environment": environment(device), "stages": {}}
+    runs_per_gpu = None
+    for stage in STAGES:
+        left = deadline - time.perf_counter() - RESERVE_S
+        timeout = min(left, claims_seconds or left) if stage == "claims" else min(left, SHARES[stage] * budget)
+        commands = stage_commands(device, work, runs_per_gpu, claims, seeds)
+        if timeout < 1:
+            results["stages"][stage] = {"status": "not run", "reason": "no time left in the budget"}
+            continue
+        progress(f"gpu-check: {stage} (up to {timeout:.0f} s) ...")
+        record = run_stage(commands[stage], timeout, work / f"{stage}.log")
+        record.update(collect(stage, work))
+        if stage == "runs_per_gpu":
+            runs_per_gpu = record["concurrency"].get("runs_per_gpu")
+        if stage == "claims":
+            record["jobs"] = runs_per_gpu or 1
+        results["stages"][stage] = record
+        progress(f"gpu-check: {stage} {record['status']} in {record['seconds']:.0f} s")
+    results["proposed"] = proposed_constants(results["stages"]["steps"].get("rows", []), device)
+    results["wall_s"] = round(time.perf_counter() - started, 1)
+    results["ok"] = all(results["stages"][s].get("status") == "ok" for s in STAGES[:3])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+# ------------------------------------------------------------------------------------------------- rendering
+def _f(value, spec: str = ".3f", unit: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{unit}"
+
+
+def render(results: dict | None) -> str:
+    """The ``docs/benchmarks.md`` section for a results file (None: not yet run on a GPU)."""
+    if not results:
+        return ("Not run on a GPU yet: no session with a lent GPU has run `make gpu-check` since it was written. "
+                "Its CPU rehearsal (`make gpu-check DEVICE=cpu`) runs in the test suite.")
+    env, stages = results["environment"], results["stages"]
+    lines = [f"`make gpu-check` on **{env.get('device')}** (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
+             f"cuDNN {env.get('cudnn')}, torch {env.get('torch')}, Python {env.get('python')}; CPU "
+             f"{env.get('cpu')}), {results.get('started')}, commit {env.get('git', {}).get('commit', '?')[:10]}: "
+             f"{results.get('wall_s'):.0f} s of a {results.get('budget_s'):.0f} s budget.", ""]
+    lines += ["| stage | status | seconds |", "|---|---|---|"]
+    lines += [f"| {name} | {s.get('status')} | {_f(s.get('seconds'), '.0f')} |" for name, s in stages.items()]
+    doctor = stages.get("doctor", {})
+    fams = doctor.get("families", [])
+    if fams:
+        ok = sum(f["status"] == "ok" for f in fams)
+        lines += ["", f"**Doctor**: {ok} of {len(fams)} family runs passed"
+                  + (f"; failed: {', '.join(doctor.get('failures') or [])}." if ok < len(fams) else ".")]
+    rows = stages.get("steps", {}).get("rows", [])
+    if rows:
+        lines += ["", "**Training steps** (64x64, batch 64, medians; x = eager fp32 / this; TF32 as each model's runs "
+                  "set it):", "",
+                  "| case | eager fp32 | compiled fp32 | x | eager bf16 | compiled bf16 | x | cold compile s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            m = r["median_s"]
+            base = m.get("32-true")
+            cells = [m.get(k) for k in ("32-true", "32-true compiled", "bf16-mixed", "bf16-mixed compiled")]
+            ratio = [None if not (base and c) else base / c for c in cells]
+            lines.append(f"| {r['case']} | {_f(cells[0], '.4f', ' s')} | {_f(cells[1], '.4f', ' s')} | "
+                         f"{_f(ratio[1], '.2f')} | {_f(cells[2], '.4f', ' s')} | {_f(cells[3], '.4f', ' s')} | "
+                         f"{_f(ratio[3], '.2f')} | {_f(r.get('compile_cold_s'), '.0f')} |")
+    conc = stages.get("runs_per_gpu", {}).get("concurrency", {})
+    if conc.get("levels"):
+        lines += ["", f"**Runs per GPU** ({conc.get('case')}, {conc.get('precision')}): recommended "
+                  f"`runs_per_gpu={conc.get('runs_per_gpu')}`.", "", "| runs | total steps/s | vs one run |",
+                  "|---|---|---|"]
+        lines += [f"| {lv['runs']} | {_f(lv.get('total_steps_per_s'), '.1f')} | {_f(lv.get('vs_one_run'), '.2f')} |"
+                  for lv in conc["levels"]]
+    claims = stages.get("claims", {})
+    if claims.get("status") not in (None, "not run"):
+        lines += ["", f"**Claims** at laptop budget, {claims.get('jobs')} run(s) at once on the device: "
+                  f"{claims.get('runs_finished')} runs finished of {claims.get('runs_started')} started "
+                  f"(median {_f(claims.get('median_run_s'), '.0f', ' s')} per run); verdicts "
+                  f"{claims.get('verdicts') or 'not assessed (stopped at the budget)'}."]
+    proposed = results.get("proposed", {})
+    if proposed.get("MEASURED_SPEEDUP"):
+        lines += ["", f"**Compile rule on CUDA** from these rows (`runtime.compilation`): MEASURED_SPEEDUP['cuda'] = "
+                  f"`{proposed['MEASURED_SPEEDUP']}`, EXPECTED['cuda'].cost_s = {proposed.get('EXPECTED_cost_s')}."]
+    return "\n".join(lines)
+
+
+def render_into(page: Path, results: dict | None) -> None:
+    """Replace the text between the gpu-check markers of ``page`` by :func:`render` of ``results``."""
+    text = page.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{page} has no '{BEGIN}' ... '{END}' section")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    page.write_text(f"{head}{BEGIN}\n{render(results)}\n{END}{tail}", encoding="utf-8")
+
+
+def rendered_section(page: Path) -> str:
+    """The text between the markers of ``page`` (what :func:`render_into` wrote)."""
+    text = page.read_text(encoding="utf-8")
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m disentangle.gpu_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                        help="cuda: the check; cpu: the rehearsal with tiny budgets (auto: cuda when present)")
+    parser.add_argument("--budget", type=float, default=None,
+                        help=f"seconds for all stages (default {BUDGET_S:.0f} on CUDA, {REHEARSAL_BUDGET_S:.0f} "
+                             f"for the CPU rehearsal)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"the results file (default {RESULTS} on CUDA, outputs/gpu-check/cpu.json on a CPU)")
+    parser.add_argument("--docs", type=Path, default=None,
+                        help=f"render the results into this page's gpu-check section (default {DOCS} on CUDA, "
+                             f"none on a CPU)")
+    parser.add_argument("--workdir", type=Path, default=Path("outputs/gpu-check"),
+                        help="the stages' logs and runs (claims resume from here)")
+    parser.add_argument("--claims", nargs="*", default=[], help="claims or papers (default: all)")
+    parser.add_argument("--seeds", default="0", help="the claims' seeds (default 0)")
+    parser.add_argument("--claims-seconds", type=float, default=None,
+                        help="at most this long for the claims (default: what the budget has left)")
+    parser.add_argument("--render", type=Path, nargs="?", const=RESULTS, default=None, metavar="RESULTS",
+                        help=f"only render RESULTS (default {RESULTS}; the 'not run yet' text when it does not "
+                             f"exist) into --docs (default {DOCS}), run nothing")
+    args = parser.parse_args(argv)
+    root = checkout_root()
+    if root is None:
+        parser.error("run it from a checkout (make gpu-check): it writes docs/ and runs the doctor and benchmarks")
+    if args.render is not None:
+        results = root / args.render if not args.render.is_absolute() else args.render
+        render_into(args.docs or root / DOCS, json.loads(results.read_text()) if results.is_file() else None)
+        return 0
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False); "
+                     "--device cpu rehearses the check")
+    budget = args.budget or (BUDGET_S if device == "cuda" else REHEARSAL_BUDGET_S)
+    if budget <= RESERVE_S + 1:
+        parser.error(f"--budget must exceed {RESERVE_S + 1:.0f} s (got {budget:g})")
+    out = (args.out or (root / RESULTS if device == "cuda" else args.workdir / "cpu.json")).resolve()
+    docs = args.docs or (root / DOCS if device == "cuda" else None)
+    if docs is not None and not docs.is_file():
+        parser.error(f"--docs {docs}: no such page")
+    work = (args.workdir / device).resolve()
+    results = check(device, budget, out, work, args.claims, args.seeds, args.claims_seconds)
+    if docs is not None:
+        render_into(docs, results)
+    print(f"results: {out}" + (f"; rendered into {docs}" if docs else ""))
+    for stage, record in results["stages"].items():
+        print(f"  {stage:<13} {record.get('status'):<8} {record.get('seconds', 0):6.0f} s")
+    return 0 if results["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
