@@ -47,10 +47,10 @@ $(STAMP): pyproject.toml $(LOCK)
 demo: install
 	$(PY) -m disentangle.train experiment=quickstart
 
-# The suite in parallel (pytest-xdist): TEST_WORKERS processes (more than the cores: most heavy tests wait on the
-# subprocesses they start; docs/install.md, "Running the tests"), tests sharing a module's expensive fixture kept on
-# one worker (--dist loadgroup), the 25 slowest listed at the end. One file: `make test PYTEST_ARGS=tests/test_x.py`.
-TEST_WORKERS ?= 4
+# The suite in parallel (pytest-xdist): TEST_WORKERS processes (3 on 2 cores measured fastest: docs/install.md,
+# "Running the tests"), tests sharing a module's expensive fixture kept on one worker (--dist loadgroup), the 25
+# slowest listed at the end. One file: `make test PYTEST_ARGS=tests/test_x.py`.
+TEST_WORKERS ?= 3
 test: install
 	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
