@@ -98,9 +98,11 @@ claims: install
 # One prepared script for a lent GPU (docs/benchmarks.md, "On a GPU"): doctor, compiled/bf16 steps of every paper
 # network, runs-per-GPU scaling, then the claims packed on the GPU, within 8 minutes; results in docs/gpu-check.json,
 # rendered into docs/benchmarks.md. DEVICE=cpu rehearses it with tiny budgets (outputs/gpu-check/cpu.json).
+# GPU_CHECK_PY=python3: use that interpreter as it is, no install (a lent GPU machine with no network, whose python3
+# holds CUDA torch; docs/benchmarks.md says which wheels to carry there).
 DEVICE ?= auto
-gpu-check: install
-	$(PY) -m disentangle.gpu_check --device $(DEVICE) $(GPU_CHECK_ARGS)
+gpu-check: $(if $(GPU_CHECK_PY),,install)
+	$(or $(GPU_CHECK_PY),$(PY)) -m disentangle.gpu_check --device $(DEVICE) $(GPU_CHECK_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/, failing on any warning;
 # `make docs SERVE=1` serves it with live reload at http://127.0.0.1:8000 instead.

@@ -249,7 +249,7 @@ def render(results: dict | None) -> str:
     env, stages = results["environment"], results["stages"]
     lines = [f"`make gpu-check` on **{env.get('device')}** (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
              f"cuDNN {env.get('cudnn')}, torch {env.get('torch')}, Python {env.get('python')}; CPU "
-             f"{env.get('cpu')}), {results.get('started')}, commit {env.get('git', {}).get('commit', '?')[:10]}: "
+             f"{env.get('cpu')}), {results.get('started')}, commit {(env.get('git') or {}).get('git_commit', '?')[:10]}: "
              f"{results.get('wall_s'):.0f} s of a {results.get('budget_s'):.0f} s budget.", ""]
     lines += ["| stage | status | seconds |", "|---|---|---|"]
     lines += [f"| {name} | {s.get('status')} | {_f(s.get('seconds'), '.0f')} |" for name, s in stages.items()]
