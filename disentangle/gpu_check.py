@@ -24,7 +24,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -110,32 +109,21 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 def environment(device: str) -> dict:
-    """The device, driver, CUDA, cuDNN, torch and Python versions, the CPU, and the checkout's commit."""
+    """The device, driver, CUDA, cuDNN, torch and Python versions, the CPU, and the checkout's commit (the versions
+    and commit as every metrics.json records them: foundation.provenance)."""
     import torch
 
-    from .foundation.provenance import git_state
+    from .foundation.provenance import cpu_info, software_versions
 
-    env = {"device_type": device, "torch": torch.__version__, "python": platform.python_version(),
-           "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "git": git_state(checkout_root())}
+    env = {**software_versions(), "device_type": device, "cpu": cpu_info()[0], "cpu_count": os.cpu_count()}
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         env.update({"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
                     "memory_gib": round(props.total_memory / 2**30, 1), "capability": f"{props.major}.{props.minor}",
-                    "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                     "driver": _nvidia_smi("driver_version"), "bf16": torch.cuda.is_bf16_supported()})
     else:
-        env.update({"device": f"CPU: {env['cpu']}", "driver": None, "cuda": None})
+        env.update({"device": f"CPU: {env['cpu']}", "driver": None})
     return env
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _nvidia_smi(field: str) -> str | None:
@@ -249,7 +237,7 @@ def render(results: dict | None) -> str:
     env, stages = results["environment"], results["stages"]
     lines = [f"`make gpu-check` on **{env.get('device')}** (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
              f"cuDNN {env.get('cudnn')}, torch {env.get('torch')}, Python {env.get('python')}; CPU "
-             f"{env.get('cpu')}), {results.get('started')}, commit {(env.get('git') or {}).get('git_commit', '?')[:10]}: "
+             f"{env.get('cpu')}), {results.get('started')}, commit {str(env.get('git_commit', '?'))[:10]}: "
              f"{results.get('wall_s'):.0f} s of a {results.get('budget_s'):.0f} s budget.", ""]
     lines += ["| stage | status | seconds |", "|---|---|---|"]
     lines += [f"| {name} | {s.get('status')} | {_f(s.get('seconds'), '.0f')} |" for name, s in stages.items()]

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, compose_config
-from hydra.utils import instantiate
+from conftest import ROOT
 
 from disentangle import gpu_check
+from disentangle.bench import STEP_CASES, bench_model
 from disentangle.runtime.compilation import MEASURED_SPEEDUP
 
 
@@ -66,9 +66,7 @@ def test_the_cases_cover_every_paper_network():
     the check's cases, so the CUDA table it proposes has the same keys."""
     keys = set()
     for case in gpu_check.CASES:
-        overrides = dict(__import__("disentangle.bench", fromlist=["STEP_CASES"]).STEP_CASES)[case]
-        model = instantiate(compose_config([*overrides, "data=shapes2d"]).model, in_channels=3, resolution=64,
-                            dataset_size=1000)
+        model = bench_model(dict(STEP_CASES)[case], batch_size=8)
         for net in model.compilable_network_classes():
             keyed = f"{type(model).__name__}:{net}"
             keys.add(keyed if keyed in MEASURED_SPEEDUP["cpu"] else net)

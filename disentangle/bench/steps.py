@@ -195,7 +195,8 @@ def bench_steps(device: str, repeats: int, batch_size: int, only: list[str] | No
 def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, warmup: int = 1,
                   resolution: int = 64) -> dict:
     """One case eager and compiled in each of ``precisions``, the timers' steps interleaved one by one after
-    ``warmup`` steps each. Returns {(precision, compiled): seconds per step} medians and the compile costs:
+    ``warmup`` steps each. Returns {(precision, compiled): seconds per step} medians (``median``), the case's
+    compiled network classes and model class (``networks``, ``model_class``), and the compile costs:
     ``cold`` = a compiled timer's first step minus a compiled step (median), in an empty compile cache of the case's
     own and after ``torch.compiler.reset()`` (an earlier case with the same networks must not serve it); ``warm`` =
     the same for a second compiled timer, after ``torch.compiler.reset()`` and clearing the in-memory kernels, with
@@ -234,7 +235,9 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
     for p, c in cost.items():  # what the first compiled step costs beyond a compiled step
         c["cold"] = max(0.0, c["cold_first"] - median[(p, True)])
         c["warm"] = max(0.0, c["warm_first"] - median[(p, True)])
-    return {"median": median, "cost": cost}
+    eager_model = timers[(precisions[0], False)].model
+    return {"median": median, "cost": cost, "networks": eager_model.compilable_network_classes(),
+            "model_class": type(eager_model).__name__}
 
 
 def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] | None = None,
@@ -258,9 +261,6 @@ def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] |
     print(head + f" {'cold s':>7} {'warm s':>7}")
     rows = []
     for label, overrides in cases:
-        model = bench_model([*overrides, *(extra or [])], batch_size, resolution)
-        networks, model_class = model.compilable_network_classes(), type(model).__name__
-        del model
         result = time_compiled([*overrides, *(extra or [])], dev, batch_size, repeats, precisions,
                                resolution=resolution)
         med, cost = result["median"], result["cost"]
@@ -272,9 +272,9 @@ def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] |
         warm = sum(c["warm"] for c in cost.values())
         print(line + f" {cold:7.1f} {warm:7.1f}", flush=True)
         row = {"case": label, "median_s": {f"{p}{' compiled' if c else ''}": v for (p, c), v in med.items()},
-               "compile_cold_s": cold, "compile_warm_s": warm, "networks": networks,
+               "compile_cold_s": cold, "compile_warm_s": warm, "networks": result["networks"],
                "compile_cold_s_by_precision": {p: c["cold"] for p, c in cost.items()},
-               "model_class": model_class}
+               "model_class": result["model_class"]}
         rows.append(row)
         if on_row is not None:
             on_row(row)

@@ -3,21 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 from pathlib import Path
 
-
-def _cpu_info() -> tuple[str, set[str]]:
-    name, flags = platform.processor() or platform.machine(), set()
-    with contextlib.suppress(OSError):  # no /proc (macOS): the name from platform, no flags
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                name = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break
-    return name, flags
+from ..foundation.provenance import cpu_info
 
 
 def _memory_gib() -> float | None:
@@ -33,7 +21,7 @@ def describe_devices() -> list[dict]:
     emulated on the CPU; bf16, fp16 and TF32 on CUDA)."""
     import torch
 
-    name, flags = _cpu_info()
+    name, flags = cpu_info()
     native = sorted(flags & {"avx512_bf16", "amx_bf16"})
     cpu = {
         "kind": "cpu", "name": name, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),

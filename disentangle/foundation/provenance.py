@@ -7,6 +7,7 @@ read from torch when it is already loaded (it always is where metrics are writte
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 import subprocess
@@ -28,6 +29,21 @@ DISTRIBUTIONS = {
     "h5py": "h5py",
     "wandb": "wandb",
 }
+
+
+def cpu_info() -> tuple[str, set[str]]:
+    """The CPU's model name and its feature flags (``/proc/cpuinfo``; elsewhere the platform's name, no flags): what
+    every timing names, since machines differ."""
+    name, flags = platform.processor() or platform.machine(), set()
+    with contextlib.suppress(OSError):  # no /proc (macOS): the name from platform, no flags
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    return name, flags
 
 
 @functools.cache
