@@ -6,11 +6,14 @@
    eager and compiled, in fp32 (TF32 as each model's runs set it) and bf16;
 3. ``runs_per_gpu``: the doctor's concurrent runs on one GPU (1, 2, 4, 8) and the ``runs_per_gpu`` it recommends;
 4. ``claims``: the papers' claims at laptop budget, ``--jobs`` = that recommendation packed on the GPU, for as long
-   as the budget lasts (the runs are resumable: a later check goes on where this one stopped).
+   as the budget lasts (their runs live on the lent machine, so each call starts them anew).
 
 Each stage is a subprocess with its share of the budget (:data:`SHARES`; the claims get what is left) and its own
 log; a stage that runs out of time is stopped (its whole process group) and recorded as ``timeout`` with what it
-had written, and the next one starts. Everything lands in one JSON results file with the device, driver, CUDA and
+had written, and the next one starts. On a real GPU the whole check takes more than one 8-minute call (on an H200:
+86 s of doctor, 30-75 s of cold compile per step case and precision), so a call goes on from the results file of
+the calls before it on the same GPU and torch (:func:`stage_plan`): a passed doctor or runs-per-GPU stage is kept,
+the step cases already measured are not measured again, and each call is recorded (``--fresh`` starts over). Everything lands in one JSON results file with the device, driver, CUDA and
 torch versions, and the values the compile ``auto`` rule takes for CUDA (:func:`proposed_constants`); on CUDA the
 results are rendered into ``docs/benchmarks.md`` (between the ``gpu-check`` markers, :func:`render`).
 
@@ -29,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from .runtime.paths import checkout_root
@@ -36,23 +40,28 @@ from .runtime.paths import checkout_root
 # one case per paper network (and the GANs' step, whose critic stays eager): the compile rule's keys on CUDA
 CASES = ("qlae", "tripod", "factorqvae", "dvae_friede", "infowgan_gp", "cliff_balls", "additive_decoder_balls")
 STAGES = ("doctor", "steps", "runs_per_gpu", "claims")
-# each stage's share of the budget; the claims take what the others left
-SHARES = {"doctor": 0.20, "steps": 0.45, "runs_per_gpu": 0.15}
+# each stage's share of the budget (of the stages still to run, rescaled); the claims take what the others left. On
+# an H200 the doctor's quick families took 86 s, one step case 30-75 s per precision to compile cold, the four
+# concurrency levels more than 72 s: the whole check takes more than one 8-minute call, so a call goes on from the
+# results file where the last one stopped (:func:`stage_plan`)
+SHARES = {"doctor": 0.20, "steps": 0.45, "runs_per_gpu": 0.20}
 BUDGET_S = 480.0  # 8 minutes on one GPU
 REHEARSAL_BUDGET_S = 150.0
 RESERVE_S = 5.0  # kept back for writing the results
 BEGIN, END = "<!-- gpu-check:begin -->", "<!-- gpu-check:end -->"
 DOCS = Path("docs/benchmarks.md")
 RESULTS = Path("docs/gpu-check.json")
+SCHEMA = 1
 
 
-def stage_commands(device: str, work: Path, runs_per_gpu: int | None, claims: list[str], seeds: str
-                   ) -> dict[str, list[str]]:
-    """Each stage's command line: the real check on CUDA, tiny budgets on a CPU (the rehearsal)."""
+def stage_commands(device: str, work: Path, runs_per_gpu: int | None, claims: list[str], seeds: str,
+                   cases: Sequence[str] = CASES) -> dict[str, list[str]]:
+    """Each stage's command line: the real check on CUDA (the step ``cases`` still to measure), tiny budgets on a
+    CPU (the rehearsal)."""
     py = [sys.executable, "-m"]
     if device == "cuda":
         doctor = ["--quick", "--accelerators", "cuda", "--skip-timing", "--skip-concurrency"]
-        steps = ["--only", *CASES, "--exact", "--repeats", "10"]
+        steps = ["--only", *cases, "--exact", "--repeats", "10"]
         concurrency = ["--concurrency-device", "cuda", "--concurrency-runs", "1", "2", "4", "8",
                        "--concurrency-steps", "100"]
         claims_extra: list[str] = []
@@ -158,7 +167,9 @@ def collect(stage: str, work: Path) -> dict:
     claims = work / "claims"
     runs = [_read_json(p) for p in sorted(claims.glob("runs/*/*/seed*/claim_run.json"))]
     finished = sorted(claims.glob("runs/*/*/seed*/metrics.json"))
-    walls = [r.get("wall_s", 0.0) for r in runs if r]
+    # a run's wall time is written when it ends (0 while it runs): the median is of the finished ones
+    walls = [_read_json(p.with_name("claim_run.json")).get("wall_s") for p in finished]
+    walls = [w for w in walls if w]
     verdicts: dict[str, int] = {}
     assessed = claims / "claims.json"
     for row in json.loads(assessed.read_text()) if assessed.is_file() else []:  # a list: one object per claim
@@ -190,26 +201,87 @@ def proposed_constants(steps_rows: list[dict], device: str) -> dict:
     return {"device": device, "MEASURED_SPEEDUP": dict(sorted(speedup.items())), "EXPECTED_cost_s": cost}
 
 
+def carried_over(previous: dict, env: dict) -> tuple[dict, str | None]:
+    """The stages of an earlier call's results (``previous``) that this call goes on from, and why none are when
+    they cannot be (another schema, GPU or torch: numbers of two machines are not mixed)."""
+    if not previous:
+        return {}, None
+    if previous.get("schema") != SCHEMA:
+        return {}, f"the results file has schema {previous.get('schema')!r}, not {SCHEMA}"
+    before = previous.get("environment", {})
+    for key in ("device", "torch"):
+        if before.get(key) != env.get(key):
+            return {}, f"its {key} was {before.get(key)!r}, this one is {env.get(key)!r}"
+    return previous.get("stages", {}), None
+
+
+def stage_plan(before: dict, cases: Sequence[str] = CASES) -> tuple[list[str], list[str]]:
+    """What this call runs, given the stages an earlier call left (``before``): the stages still to run (a doctor or
+    runs_per_gpu that passed is kept; the claims always run, their runs do not outlive a lent machine) and the step
+    cases with no fp32 compiled row yet."""
+    measured = {row.get("case") for row in before.get("steps", {}).get("rows", [])
+                if "32-true compiled" in row.get("median_s", {})}
+    cases_left = [case for case in cases if case not in measured]
+    done = {stage for stage in ("doctor", "runs_per_gpu") if before.get(stage, {}).get("status") == "ok"}
+    if not cases_left:
+        done.add("steps")
+    return [stage for stage in STAGES if stage not in done], cases_left
+
+
+def stage_timeout(stage: str, todo: Sequence[str], left: float, budget: float,
+                  claims_seconds: float | None = None) -> float:
+    """A stage's time: its share of ``budget`` among the stages still to run (``todo``; the claims' share stays
+    theirs), at most what is ``left``; the claims get what is left (at most ``claims_seconds``)."""
+    if stage == "claims":
+        return min(left, claims_seconds or left)
+    claims_share = 1.0 - sum(SHARES.values())
+    share = SHARES[stage] / (sum(SHARES[s] for s in todo if s in SHARES) + claims_share)
+    return min(left, share * budget)
+
+
 def check(device: str, budget: float, out: Path, work: Path, claims: list[str], seeds: str,
-          claims_seconds: float | None = None, progress=print) -> dict:
-    """Run the stages in order within ``budget`` seconds (the claims at most ``claims_seconds`` of what is left);
-    returns (and writes to ``out``) the results."""
+          claims_seconds: float | None = None, progress=print, resume: bool = True) -> dict:
+    """Run the stages still to run (all of them, or with ``resume`` what the results file ``out`` of an earlier call
+    on the same GPU and torch left: :func:`stage_plan`) in order within ``budget`` seconds (the claims at most
+    ``claims_seconds`` of what is left); returns (and writes to ``out``) the results, this call's and the kept ones
+    together, with a record per call."""
     started = time.perf_counter()
     deadline = started + budget
     work.mkdir(parents=True, exist_ok=True)
-    results: dict = {"schema": 1, "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                     "budget_s": budget, "environment": environment(device), "stages": {}}
-    runs_per_gpu = None
+    env = environment(device)
+    previous = _read_json(out) if resume else {}
+    before, why_not = carried_over(previous, env)
+    if why_not:
+        progress(f"gpu-check: starting afresh: {why_not}")
+    calls = list(previous.get("calls") or [_call_of(previous)]) if before else []
+    call = {"call": len(calls) + 1, "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "commit": env.get("git_commit"), "budget_s": budget, "stages": {}}
+    todo, cases_left = stage_plan(before, CASES if device == "cuda" else ("qlae",))
+    results: dict = {"schema": SCHEMA, "started": call["started"], "budget_s": budget, "environment": env,
+                     "stages": {}}
+    runs_per_gpu = before.get("runs_per_gpu", {}).get("concurrency", {}).get("runs_per_gpu")
     for stage in STAGES:
+        if stage not in todo:
+            results["stages"][stage] = {"call": calls[-1]["call"] if calls else None, **before[stage]}
+            call["stages"][stage] = "kept"
+            progress(f"gpu-check: {stage} kept from call {results['stages'][stage]['call']}")
+            continue
         left = deadline - time.perf_counter() - RESERVE_S
-        timeout = min(left, claims_seconds or left) if stage == "claims" else min(left, SHARES[stage] * budget)
-        commands = stage_commands(device, work, runs_per_gpu, claims, seeds)
+        timeout = stage_timeout(stage, todo, left, budget, claims_seconds)
+        commands = stage_commands(device, work, runs_per_gpu, claims, seeds, cases_left)
         if timeout < 1:
-            results["stages"][stage] = {"status": "not run", "reason": "no time left in the budget"}
+            kept = before.get(stage)
+            results["stages"][stage] = kept if kept else {"status": "not run", "reason": "no time left in the budget"}
+            call["stages"][stage] = "not run"
             continue
         progress(f"gpu-check: {stage} (up to {timeout:.0f} s) ...")
-        record = run_stage(commands[stage], timeout, work / f"{stage}.log")
+        record = {"call": call["call"], **run_stage(commands[stage], timeout, work / f"{stage}.log")}
         record.update(collect(stage, work))
+        call["stages"][stage] = record["status"]
+        if stage == "steps":  # the rows of earlier calls, then this call's; ok once every case has one
+            record["rows"] = [*before.get("steps", {}).get("rows", []), *record["rows"]]
+            _, record["cases_left"] = stage_plan({"steps": record}, CASES if device == "cuda" else ("qlae",))
+            record["status"] = "ok" if not record["cases_left"] else record["status"]
         if stage == "runs_per_gpu":
             runs_per_gpu = record["concurrency"].get("runs_per_gpu")
         if stage == "claims":
@@ -217,11 +289,19 @@ def check(device: str, budget: float, out: Path, work: Path, claims: list[str], 
         results["stages"][stage] = record
         progress(f"gpu-check: {stage} {record['status']} in {record['seconds']:.0f} s")
     results["proposed"] = proposed_constants(results["stages"]["steps"].get("rows", []), device)
-    results["wall_s"] = round(time.perf_counter() - started, 1)
+    results["wall_s"] = call["wall_s"] = round(time.perf_counter() - started, 1)
+    results["calls"] = [*calls, call]
     results["ok"] = all(results["stages"][s].get("status") == "ok" for s in STAGES[:3])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _call_of(results: dict) -> dict:
+    """The call record of a results file written before calls were recorded (one call made it)."""
+    return {"call": 1, "started": results.get("started"), "commit": results.get("environment", {}).get("git_commit"),
+            "budget_s": results.get("budget_s"), "wall_s": results.get("wall_s"),
+            "stages": {stage: record.get("status") for stage, record in results.get("stages", {}).items()}}
 
 
 # ------------------------------------------------------------------------------------------------- rendering
@@ -235,12 +315,17 @@ def render(results: dict | None) -> str:
         return ("Not run on a GPU yet: no session with a lent GPU has run `make gpu-check` since it was written. "
                 "Its CPU rehearsal (`make gpu-check DEVICE=cpu`) runs in the test suite.")
     env, stages = results["environment"], results["stages"]
+    calls = results.get("calls") or [_call_of(results)]
     lines = [f"`make gpu-check` on **{env.get('device')}** (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
              f"cuDNN {env.get('cudnn')}, torch {env.get('torch')}, Python {env.get('python')}; CPU "
-             f"{env.get('cpu')}), {results.get('started')}, commit {str(env.get('git_commit', '?'))[:10]}: "
-             f"{results.get('wall_s'):.0f} s of a {results.get('budget_s'):.0f} s budget.", ""]
-    lines += ["| stage | status | seconds |", "|---|---|---|"]
-    lines += [f"| {name} | {s.get('status')} | {_f(s.get('seconds'), '.0f')} |" for name, s in stages.items()]
+             f"{env.get('cpu')}), in {len(calls)} call(s):", ""]
+    lines += [f"{c.get('call')}. {c.get('started')}, commit {str(c.get('commit'))[:10]}: {_f(c.get('wall_s'), '.0f')} s "
+              f"of a {_f(c.get('budget_s'), '.0f')} s budget" + (f"; {c['note']}" if c.get("note") else "") + "."
+              for c in calls]
+    lines += [""]
+    lines += ["| stage | status | seconds | call |", "|---|---|---|---|"]
+    lines += [f"| {name} | {s.get('status')} | {_f(s.get('seconds'), '.0f')} | {s.get('call', '–')} |"
+              for name, s in stages.items()]
     doctor = stages.get("doctor", {})
     fams = doctor.get("families", [])
     if fams:
@@ -249,8 +334,9 @@ def render(results: dict | None) -> str:
                   + (f"; failed: {', '.join(doctor.get('failures') or [])}." if ok < len(fams) else ".")]
     rows = stages.get("steps", {}).get("rows", [])
     if rows:
+        left = stages["steps"].get("cases_left")
         lines += ["", "**Training steps** (64x64, batch 64, medians; x = eager fp32 / this; TF32 as each model's runs "
-                  "set it):", "",
+                  "set it)" + (f"; not measured yet: {', '.join(left)}" if left else "") + ":", "",
                   "| case | eager fp32 | compiled fp32 | x | eager bf16 | compiled bf16 | x | cold compile s |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in rows:
@@ -315,6 +401,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="0", help="the claims' seeds (default 0)")
     parser.add_argument("--claims-seconds", type=float, default=None,
                         help="at most this long for the claims (default: what the budget has left)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="start over: ignore what earlier calls left in the results file (by default a call on "
+                             "the same GPU and torch keeps the stages they finished and measures the rest)")
     parser.add_argument("--render", type=Path, nargs="?", const=RESULTS, default=None, metavar="RESULTS",
                         help=f"only render RESULTS (default {RESULTS}; the 'not run yet' text when it does not "
                              f"exist) into --docs (default {DOCS}), run nothing")
@@ -340,7 +429,7 @@ def main(argv=None) -> int:
     if docs is not None and not docs.is_file():
         parser.error(f"--docs {docs}: no such page")
     work = (args.workdir / device).resolve()
-    results = check(device, budget, out, work, args.claims, args.seeds, args.claims_seconds)
+    results = check(device, budget, out, work, args.claims, args.seeds, args.claims_seconds, resume=not args.fresh)
     if docs is not None:
         render_into(docs, results)
     print(f"results: {out}" + (f"; rendered into {docs}" if docs else ""))

@@ -66,6 +66,28 @@ def test_doctor_on_the_cpu_trains_families_in_both_precisions_and_names_what_it_
     final = json.loads((ckpt.parents[1] / "metrics.json").read_text())
     for key, values in check["metrics"].items():
         assert values["cpu"] == pytest.approx(final[key], rel=1e-6, abs=1e-9), key
+    # the comparison evaluates in full float32 whatever the runs' TF32 setting, and restores that setting after
+    # (on an H200, TF32's rounding moved a 2-step InfoWGAN's DCI-I by 0.05 between the devices)
+    import torch
+
+    from disentangle.callbacks import DisentanglementEvaluation
+
+    seen, real_run = [], DisentanglementEvaluation.run
+
+    def run_recording_tf32(self, *args, **kwargs):
+        seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+        return real_run(self, *args, **kwargs)
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        DisentanglementEvaluation.run = run_recording_tf32
+        assert compare_evaluations(ckpt, ("cpu", "cpu"))["status"] == "ok"
+        assert seen == [(False, False), (False, False)]
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
+    finally:
+        DisentanglementEvaluation.run = real_run
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
     # a device the evaluation cannot run on is a failure naming the error, not a pass
     broken = compare_evaluations(ckpt, ("cpu", "meta"))
     assert broken["status"] == "fail" and broken["error"], broken

@@ -14,7 +14,7 @@ from conftest import ROOT
 
 from disentangle import gpu_check
 from disentangle.bench import STEP_CASES, bench_model
-from disentangle.runtime.compilation import MEASURED_SPEEDUP
+from disentangle.runtime.compilation import EXPECTED, MEASURED_SPEEDUP, MIN_GAIN
 
 
 @pytest.mark.timeout(900)
@@ -84,6 +84,79 @@ def test_proposed_constants_take_the_least_speed_up_per_network_and_a_margin_on_
     assert proposed["MEASURED_SPEEDUP"] == {"ConvEncoder": 1.2, "DlibDecoder": 1.2, "InfoWGAN:StyleDecoder": 0.8,
                                             "StyleDecoder": 2.0}
     assert proposed["EXPECTED_cost_s"] == 50.0  # 1.3 x 31 s = 40.3, up to the next 10 s
+
+
+def test_the_cuda_compile_rule_takes_what_the_committed_check_proposed():
+    """MEASURED_SPEEDUP['cuda'] and EXPECTED['cuda'].cost_s are docs/gpu-check.json's proposal, once it has rows."""
+    results = json.loads((ROOT / gpu_check.RESULTS).read_text())
+    proposed = results["proposed"]
+    assert proposed["MEASURED_SPEEDUP"], "the committed check measured no step case"
+    assert MEASURED_SPEEDUP["cuda"] == proposed["MEASURED_SPEEDUP"]
+    assert EXPECTED["cuda"].cost_s == proposed["EXPECTED_cost_s"]
+    measured_gains = [v for v in MEASURED_SPEEDUP["cuda"].values() if v >= MIN_GAIN]
+    assert EXPECTED["cuda"].speedup <= min(measured_gains)  # an unmeasured network expects no more than the least gain
+
+
+def test_a_call_goes_on_from_what_earlier_calls_left():
+    """The plan keeps a passed doctor and runs-per-GPU stage and the measured step cases; the stages left share the
+    budget; results of another GPU or torch are not mixed in."""
+    assert gpu_check.stage_plan({}) == (list(gpu_check.STAGES), list(gpu_check.CASES))
+    row = {"case": "qlae", "median_s": {"32-true": 0.02, "32-true compiled": 0.018}}
+    eager_only = {"case": "tripod", "median_s": {"32-true": 0.1}}  # no compiled time: still to measure
+    before = {"doctor": {"status": "ok"}, "steps": {"status": "timeout", "rows": [row, eager_only]},
+              "runs_per_gpu": {"status": "timeout"}, "claims": {"status": "ok"}}
+    todo, cases = gpu_check.stage_plan(before)
+    assert todo == ["steps", "runs_per_gpu", "claims"] and cases == list(gpu_check.CASES[1:])
+    every_case = {"steps": {"rows": [{"case": c, "median_s": {"32-true compiled": 1.0}} for c in gpu_check.CASES]},
+                  "runs_per_gpu": {"status": "ok"}, "doctor": {"status": "fail"}}
+    assert gpu_check.stage_plan(every_case) == (["doctor", "claims"], [])
+    # shares among the stages left (the claims keep theirs): steps alone with the claims get 0.45 / 0.60
+    claims_share = 1 - sum(gpu_check.SHARES.values())
+    assert gpu_check.stage_timeout("steps", ["steps", "claims"], 1e9, 480) == pytest.approx(
+        480 * gpu_check.SHARES["steps"] / (gpu_check.SHARES["steps"] + claims_share))
+    assert gpu_check.stage_timeout("steps", list(gpu_check.STAGES), 1e9, 480) == pytest.approx(
+        480 * gpu_check.SHARES["steps"])
+    assert gpu_check.stage_timeout("doctor", list(gpu_check.STAGES), 10, 480) == 10  # never past what is left
+    assert gpu_check.stage_timeout("claims", ["claims"], 100, 480, claims_seconds=20) == 20
+    env = {"device": "NVIDIA H200", "torch": "2.11.0"}
+    previous = {"schema": gpu_check.SCHEMA, "environment": dict(env), "stages": before}
+    assert gpu_check.carried_over(previous, env) == (before, None)
+    kept, why = gpu_check.carried_over(previous, {**env, "device": "NVIDIA H100 80GB HBM3"})
+    assert kept == {} and "device" in why and "H100" in why
+    kept, why = gpu_check.carried_over({**previous, "schema": 0}, env)
+    assert kept == {} and "schema" in why
+
+
+def test_a_resumed_check_runs_only_what_is_left_and_records_each_call(tmp_path):
+    """The CPU rehearsal resumed from a results file whose doctor, steps and runs-per-GPU passed: only the claims
+    run; the kept stages say which call made them, and the calls are listed and rendered."""
+    from disentangle.gpu_check import check, environment
+
+    env = environment("cpu")
+    kept = {"doctor": {"status": "ok", "seconds": 14.0, "families": []},
+            "steps": {"status": "ok", "seconds": 60.0, "rows": [
+                {"case": "qlae", "median_s": {"32-true": 0.02, "32-true compiled": 0.01}, "networks": ["SmallEncoder"],
+                 "model_class": "Autoencoder", "compile_cold_s_by_precision": {"32-true": 20.0}}]},
+            "runs_per_gpu": {"status": "ok", "seconds": 20.0, "concurrency": {"runs_per_gpu": 2, "levels": []}}}
+    out = tmp_path / "cpu.json"
+    out.write_text(json.dumps({"schema": gpu_check.SCHEMA, "started": "2026-01-01T00:00:00+00:00", "budget_s": 150,
+                               "wall_s": 150, "environment": env, "stages": kept}))
+    lines = []
+    results = check("cpu", 60, out, tmp_path / "work", ["qlae_above_ae_infom"], "0", claims_seconds=15,
+                    progress=lines.append)
+    assert [c["call"] for c in results["calls"]] == [1, 2]
+    assert results["calls"][1]["stages"] == {"doctor": "kept", "steps": "kept", "runs_per_gpu": "kept",
+                                             "claims": results["stages"]["claims"]["status"]}
+    assert all(results["stages"][s]["call"] == 1 for s in ("doctor", "steps", "runs_per_gpu"))
+    assert results["stages"]["claims"]["call"] == 2 and results["stages"]["claims"]["jobs"] == 2
+    assert results["proposed"]["MEASURED_SPEEDUP"] == {"SmallEncoder": 2.0}
+    assert "gpu-check: doctor kept from call 1" in lines
+    assert json.loads(out.read_text()) == results
+    text = gpu_check.render(results)
+    assert "in 2 call(s)" in text and "\n1. 2026-01-01" in text and "| doctor | ok | 14 | 1 |" in text
+    # --fresh (resume=False) starts over: nothing kept
+    fresh_plan = gpu_check.carried_over({}, env)
+    assert fresh_plan == ({}, None)
 
 
 def test_a_stage_past_its_time_is_stopped_with_everything_it_started(tmp_path):

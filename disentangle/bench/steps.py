@@ -207,9 +207,18 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
     from torch._inductor.utils import clear_caches
 
+    from ..runtime.compilation import compile_counts
+
     timers = {}
     cost = {p: {} for p in precisions}
-    with tempfile.TemporaryDirectory(prefix="bench_compile_") as cache, temporary_cache_dir(cache):
+    before = compile_counts()
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"  # < 2.7
+    # Both precisions' compiled timers live in one process and share the networks' code objects, so each frame holds
+    # the variants of both (dtype, autocast, the fp32 islands, TF32 on CUDA): on an H200, Tripod's decoder blocks hit
+    # Dynamo's default limit of 8 and ran eager from then on. A run compiles one precision; here the limit is raised
+    # so that every timer runs its compiled graphs
+    with tempfile.TemporaryDirectory(prefix="bench_compile_") as cache, temporary_cache_dir(cache), \
+            torch._dynamo.config.patch(**{limit: 8 * 4 * len(precisions)}):
         for p in precisions:
             eager = StepTimer(overrides, device, batch_size, p, resolution)
             for _ in range(1 + max(1, warmup)):  # the eager timer's warm-up
@@ -236,8 +245,10 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
         c["cold"] = max(0.0, c["cold_first"] - median[(p, True)])
         c["warm"] = max(0.0, c["warm_first"] - median[(p, True)])
     eager_model = timers[(precisions[0], False)].model
+    after = compile_counts()
     return {"median": median, "cost": cost, "networks": eager_model.compilable_network_classes(),
-            "model_class": type(eager_model).__name__}
+            "model_class": type(eager_model).__name__,
+            "compile_counts": {k: after[k] - before[k] for k in after}}
 
 
 def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] | None = None,
@@ -274,7 +285,7 @@ def bench_compiled(device: str, repeats: int, batch_size: int, only: list[str] |
         row = {"case": label, "median_s": {f"{p}{' compiled' if c else ''}": v for (p, c), v in med.items()},
                "compile_cold_s": cold, "compile_warm_s": warm, "networks": result["networks"],
                "compile_cold_s_by_precision": {p: c["cold"] for p, c in cost.items()},
-               "model_class": result["model_class"]}
+               "model_class": result["model_class"], "compile_counts": result["compile_counts"]}
         rows.append(row)
         if on_row is not None:
             on_row(row)

@@ -255,7 +255,8 @@ def _doctor(args, progress) -> dict:
             report["concurrency"] = measure_concurrency(
                 concurrency_device, levels, args.concurrency_steps or (50 if args.quick else 200),
                 args.concurrency_batch_size, precision, resolution=args.concurrency_resolution,
-                workdir=workdir / "concurrency", progress=bar, overrides=args.concurrency_override)
+                workdir=workdir / "concurrency", progress=bar, overrides=args.concurrency_override,
+                on_level=lambda so_far: _write_json(args.json, {"partial": True, "concurrency": so_far}))
         else:
             report["concurrency"] = {"status": "skipped",
                                      "reason": "--skip-concurrency" if args.skip_concurrency else "no CUDA device"}
@@ -274,6 +275,13 @@ def _doctor(args, progress) -> dict:
     failures += [name for name in ("timing", "concurrency", "ddp") if report[name].get("status") == "fail"]
     report["failures"], report["ok"] = failures, not failures
     return report
+
+
+def _write_json(path: Path, report: dict) -> None:
+    """The report as JSON (also a partial one, while the concurrency levels run: a caller that stops the doctor at a
+    time limit keeps the levels measured so far)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -296,7 +304,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     report["wall_seconds"] = time.perf_counter() - start
     print_report(report, console)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n")
+    _write_json(args.json, report)
     console.print(f"report: {args.json.resolve()}\nwall time: {report['wall_seconds']:.0f} s", highlight=False)
     return 0 if report["ok"] else 1

@@ -33,24 +33,35 @@ def measure_concurrency(device: str, runs: Sequence[int] = CONCURRENCY_RUNS, ste
                         batch_size: int = 64, precision: str = "32-true", case: str = CONCURRENCY_CASE,
                         resolution: int = 64, warmup: int = 3, workdir: Path | None = None,
                         timeout: float = 600, progress: Callable[[str], None] | None = None,
-                        overrides: Sequence[str] = ()) -> dict:
+                        overrides: Sequence[str] = (), on_level: Callable[[dict], None] | None = None) -> dict:
     """For each k in ``runs``: k worker processes (:mod:`disentangle.doctor.worker`) train ``case``'s step on
     ``device`` at once (each warmed up first, then all timed from one start); total steps/s over the window
     from the first start to the last end, per-run steps/s, the ratio to k = 1; the recommended
     ``runs_per_gpu``. Each worker gets cores // k torch threads, as under ``hydra/launcher=gpu_node``. A k
     that fails (out of memory) is recorded and larger k are not tried. ``overrides`` change the workers' model
-    (tests: ``model/arch=small`` at a small ``resolution``)."""
+    (tests: ``model/arch=small`` at a small ``resolution``). ``on_level`` gets the result so far after each level
+    (what a caller stopped at a time limit keeps)."""
     levels = []
     workdir = Path(workdir or tempfile.mkdtemp(prefix="doctor-concurrency-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    settings = {"device": device, "case": case, "overrides": list(overrides), "steps": steps, "batch_size": batch_size,
+                "precision": precision, "resolution": resolution}
     for k in runs:
         if progress:
             progress(f"{k} concurrent run(s) of {case} on {device}")
         level = _concurrent_level(k, device, steps, batch_size, precision, case, resolution, warmup, workdir, timeout,
                                   overrides)
         levels.append(level)
+        if on_level is not None:
+            on_level(_summary(levels, runs, settings))
         if level["error"]:
             break
+    return _summary(levels, runs, settings)
+
+
+def _summary(levels: list[dict], runs: Sequence[int], settings: dict) -> dict:
+    """The measurement over ``levels`` (so far): each level's ratio to one run, the recommendation, the status."""
+    levels = [dict(level) for level in levels]
     throughput = {lv["runs"]: lv["total_steps_per_s"] for lv in levels}
     base = throughput.get(1)
     for level in levels:
@@ -63,9 +74,7 @@ def measure_concurrency(device: str, runs: Sequence[int] = CONCURRENCY_RUNS, ste
     failed = [lv for lv in levels if lv["error"]]
     # a failure at a large k (memory) is a limit, not a fault, as long as something was measured
     status = "ok" if recommended is not None and not (failed and failed[0]["runs"] == runs[0]) else "fail"
-    return {"status": status, "device": device, "case": case, "overrides": list(overrides), "steps": steps,
-            "batch_size": batch_size, "precision": precision, "resolution": resolution, "levels": levels,
-            "runs_per_gpu": recommended}
+    return {"status": status, **settings, "levels": levels, "runs_per_gpu": recommended}
 
 
 def _wait_ready(proc: subprocess.Popen) -> bool:
