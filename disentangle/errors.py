@@ -5,6 +5,11 @@ class ConfigError(ValueError):
     """A configuration value is invalid; raised before any training work starts."""
 
 
+class UnsafeCheckpointError(ConfigError):
+    """A checkpoint holds something other than data: a pickled object whose loading could run code, or a stored
+    config naming a target this project would not build."""
+
+
 class DatasetNotFoundError(FileNotFoundError):
     """A dataset's prepared file is missing; the message says which file and how to make it."""
 

@@ -205,6 +205,7 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
     import tempfile
 
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    from torch._dynamo import config as dynamo_config
     from torch._inductor.utils import clear_caches
 
     from ..runtime.compilation import compile_counts
@@ -212,13 +213,13 @@ def time_compiled(overrides, device, batch_size: int, repeats: int, precisions, 
     timers = {}
     cost = {p: {} for p in precisions}
     before = compile_counts()
-    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"  # < 2.7
+    limit = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"  # < 2.7
     # Both precisions' compiled timers live in one process and share the networks' code objects, so each frame holds
     # the variants of both (dtype, autocast, the fp32 islands, TF32 on CUDA): on an H200, Tripod's decoder blocks hit
     # Dynamo's default limit of 8 and ran eager from then on. A run compiles one precision; here the limit is raised
     # so that every timer runs its compiled graphs
     with tempfile.TemporaryDirectory(prefix="bench_compile_") as cache, temporary_cache_dir(cache), \
-            torch._dynamo.config.patch(**{limit: 8 * 4 * len(precisions)}):
+            dynamo_config.patch(**{limit: 8 * 4 * len(precisions)}):
         for p in precisions:
             eager = StepTimer(overrides, device, batch_size, p, resolution)
             for _ in range(1 + max(1, warmup)):  # the eager timer's warm-up

@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ..errors import ConfigError, DatasetNotFoundError
+from ..errors import ConfigError, DatasetNotFoundError, UnsafeCheckpointError  # noqa: F401 - its old address
 
 LAST = "last.ckpt"
 
@@ -44,30 +44,83 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         os.replace(part, path)
 
 
-class UnsafeCheckpointError(ConfigError):
-    """A checkpoint file holds something other than data (a pickled object whose loading could run code)."""
-
-
 def read_checkpoint(path: Path | str, what: str) -> dict:
     """``path`` loaded on the CPU as data only (``torch.load(weights_only=True)``: tensors, numbers, strings and
-    containers of them, which is all a checkpoint of this project, or of Lightning, holds), so opening a
-    checkpoint someone shares cannot run code. A file that needs any other type is refused in one
-    :class:`UnsafeCheckpointError` line naming the type, before any of it runs; an unreadable file is one
-    :class:`ConfigError` line. ``what`` starts the message (``ckpt=...``, ``resume: checkpoint ...``)."""
+    containers of them, which is all a checkpoint of this project, or of Lightning, holds), so reading a checkpoint
+    someone shares runs none of its code (its stored config is checked before anything is built from it:
+    :mod:`~disentangle.runtime.stored_config`). A file that needs any other type is refused in one
+    :class:`UnsafeCheckpointError` line naming the type, before any of it runs. A file that is no torch checkpoint
+    is one :class:`ConfigError` line saying what it is (:func:`describe_non_checkpoint`: empty, text, truncated or
+    damaged, another library's format). ``what`` starts the message (``ckpt=...``, ``resume: checkpoint ...``)."""
+    path = Path(path)
+    problem = describe_non_checkpoint(path)
+    if problem is not None:
+        raise ConfigError(f"{what}: {problem}; nothing was changed")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         needed = re.search(r"GLOBAL\s+([\w.]+)", str(exc))  # torch names the refused global this way
-        if needed is not None or "Weights only load failed" in str(exc):
+        if needed is not None or re.search(r"Weights only load failed[\s\S]*Unsupported", str(exc)):
             name = needed.group(1) if needed else "a type that is not data"
             raise UnsafeCheckpointError(
-                f"{what}: refused: the file needs {name}, which no checkpoint of this project holds; opening it "
-                f"could run code (checkpoints are loaded as data only), so nothing of it was run") from exc
-        raise ConfigError(f"{what} is unreadable ({type(exc).__name__}: {_first_line(exc)}); nothing was changed") \
-            from exc
+                f"{what}: refused: the file needs {name}, which no checkpoint of this project holds; "
+                f"opening it could run code (checkpoints are loaded as data only), so nothing of it was run") from exc
+        raise ConfigError(f"{what}: truncated or damaged: its pickled part does not read ({_first_line(exc)}); "
+                          f"nothing was changed") from exc
     except Exception as exc:
-        raise ConfigError(f"{what} is unreadable ({type(exc).__name__}: {_first_line(exc)}); nothing was changed") \
-            from exc
+        raise ConfigError(f"{what}: truncated or damaged: it does not read as a torch checkpoint "
+                          f"({type(exc).__name__}: {_first_line(exc)}); nothing was changed") from exc
+
+
+# the first bytes of other formats a shared "checkpoint" turns out to be
+_OTHER_FORMATS = ((b"\x89HDF\r\n\x1a\n", "an HDF5 file (Keras, h5py or another library)"),
+                  (b"\x93NUMPY", "a NumPy .npy array"), (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
+                  (b"\x1f\x8b", "a gzip archive"), (b"\x08\x01\x12", "a protobuf (TensorFlow or ONNX) file"))
+
+
+def describe_non_checkpoint(path: Path) -> str | None:
+    """What ``path`` is when it cannot be a torch checkpoint, from its size and first bytes (read, never run); None
+    when it may be one (a whole zip archive holding a pickle, or a legacy torch pickle), which torch then reads."""
+    size = path.stat().st_size
+    if size == 0:
+        return "an empty file (0 bytes), not a checkpoint"
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if head.startswith(b"PK\x03\x04"):  # torch's format is a zip archive with <name>/data.pkl in it
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return (f"truncated or damaged: a zip archive of {size} bytes without its directory (a copy or a "
+                    f"download that stopped early?), not a whole checkpoint")
+        if not any(n.endswith("data.pkl") for n in names):
+            return f"a zip archive written by something else (it holds {', '.join(names[:3]) or 'nothing'}...), " \
+                   f"not a torch checkpoint"
+        return None
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return None  # a pickle (torch's legacy format): torch reads it as data, or names what it would run
+    for magic, name in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return f"{name}, written by something else, not a torch checkpoint"
+    if len(head) >= 9 and int.from_bytes(head[:8], "little") < size and head[8:9] == b"{":
+        return "a safetensors file (weights written by another library), not a torch checkpoint"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and all(c.isprintable() or c in "\n\r\t" for c in text):
+        return f"a text file (it begins {text.splitlines()[0][:40]!r}), not a checkpoint"
+    return f"not a checkpoint: its {size} bytes are in no format torch writes (it begins {head[:8].hex()})"
+
+
+def _keys_of(obj) -> str:
+    """A few of a loaded file's top-level keys (or its type), to say what was opened."""
+    if isinstance(obj, dict):
+        keys = [str(k) for k in list(obj)[:4]]
+        return "keys " + ", ".join(keys) + (", ..." if len(obj) > 4 else "") if keys else "an empty dict"
+    return f"a {type(obj).__name__}"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -134,13 +187,17 @@ def load_checkpoint(path: Path | str, data_cfg=None, data_overrides: dict | None
     from omegaconf import OmegaConf
 
     from .config import one_line
+    from .stored_config import check_stored_config
 
     path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(f"ckpt={path}: no such checkpoint file")
     ckpt = read_checkpoint(path, f"ckpt={path}")
     if not isinstance(ckpt, dict) or "disentangle_config" not in ckpt:
-        raise ConfigError(f"ckpt={path}: not a disentangle checkpoint (no stored config)")
+        raise ConfigError(f"ckpt={path}: a torch file written by something else (it holds no run config of "
+                          f"disentangle.train: {_keys_of(ckpt)}); nothing was changed")
+    # the stored config is data: nothing outside the project's own targets is built from it (stored_config)
+    check_stored_config(ckpt["disentangle_config"], f"ckpt={path}")
     run = OmegaConf.create(ckpt["disentangle_config"])
     data = OmegaConf.create(OmegaConf.to_container(data_cfg if data_cfg is not None else run.data, resolve=True))
     for key, value in (data_overrides or {}).items():
