@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ import pytest
 from conftest import ROOT, compose_config
 from scipy import stats
 
-from disentangle.claims import VERDICTS, load_claims, paired_interval, select_claims, unique_runs, verdict
-from disentangle.claims.assess import FIELDS, assess
+from disentangle.claims import VERDICTS, load_claims, normalise, paired_interval, select_claims, unique_runs, verdict
+from disentangle.claims.assess import FIELDS, adjust_within_papers, assess
+from disentangle.claims.statistics import effect_in_sd, holm, lean
 from disentangle.claims.catalog import PAPERS, merge_overrides, parse_claims
 from disentangle.claims.runner import RECORD, RunResult, run_path, train_run
 
@@ -81,13 +83,54 @@ def test_the_paired_interval_is_scipy_s_one_sample_t_interval():
         paired_interval([])
 
 
-def test_the_four_verdicts():
+def test_the_three_verdicts_and_the_lean():
     assert verdict(paired_interval([0.10, 0.12, 0.09, 0.11])) == "holds"
     assert verdict(paired_interval([-0.10, -0.12, -0.09, -0.11])) == "contradicted"
-    assert verdict(paired_interval([0.20, -0.10, 0.05])) == "direction"
-    assert verdict(paired_interval([-0.20, 0.10, -0.05])) == "reversed"
-    assert verdict(paired_interval([0.0, 0.0])) == "reversed"  # a tie is not "better"
-    assert set(VERDICTS) == {"holds", "direction", "reversed", "contradicted"}
+    assert verdict(paired_interval([0.20, -0.10, 0.05])) == "inconclusive"
+    assert verdict(paired_interval([-0.20, 0.10, -0.05])) == "inconclusive"
+    assert verdict(paired_interval([0.0, 0.0])) == "inconclusive"  # a tie is not "better"
+    assert set(VERDICTS) == {"holds", "inconclusive", "contradicted"}
+    assert [lean(paired_interval(d)) for d in ([0.2, -0.1, 0.05], [-0.2, 0.1, -0.05], [0.0, 0.0])] == [
+        "positive", "negative", "none"]
+
+
+def test_p_values_effect_sizes_and_holm_against_known_answers():
+    d = [0.03, -0.01, 0.02, 0.05, 0.00]
+    interval = paired_interval(d)
+    assert interval.p == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue, rel=1e-12)
+    assert effect_in_sd(interval) == pytest.approx(statistics.mean(d) / statistics.stdev(d), rel=1e-12)
+    assert paired_interval([0.1, 0.1]).p == 0.0 and paired_interval([0.0, 0.0]).p == 1.0
+    assert effect_in_sd(paired_interval([0.1, 0.1])) is None and math.isnan(paired_interval([0.1]).p)
+    # Holm (1979) by hand: sorted 0.01, 0.02, 0.03, 0.5 times 4, 3, 2, 1, then running maxima
+    assert holm([0.03, 0.01, 0.5, 0.02]) == pytest.approx([0.06, 0.04, 0.5, 0.06])
+    assert holm([0.2, None, float("nan")]) == pytest.approx([0.6, 1.0, 1.0])
+    assert holm([]) == []
+    # tied p-values: sorted 0.001, 0.012, 0.03, 0.03, 0.2, 0.7 times 6..1 = 0.006, 0.06, 0.12, 0.09 (raised to the
+    # running maximum 0.12), 0.4, 0.7
+    assert holm([0.001, 0.03, 0.03, 0.2, 0.012, 0.7]) == pytest.approx([0.006, 0.12, 0.12, 0.4, 0.06, 0.7])
+
+
+def test_holm_runs_within_each_paper():
+    rows = [{"paper": "qlae", "diff_mean": 0.1, "p_value": 0.01}, {"paper": "qlae", "diff_mean": 0.1, "p_value": 0.04},
+            {"paper": "tripod", "diff_mean": 0.1, "p_value": 0.04}, {"paper": "tripod", "diff_mean": None}]
+    adjusted = adjust_within_papers(rows)
+    assert [r.get("p_holm") for r in adjusted] == pytest.approx([0.02, 0.04, 0.04, None])
+
+
+def test_a_claims_file_with_the_old_verdicts_still_reads():
+    """claims.json written before issue 44 said direction and reversed: they read as inconclusive with their lean,
+    in the table, the markdown and the figure."""
+    from disentangle.claims.report import markdown, verdict_text
+
+    old = {"name": "x", "paper": "qlae", "metric": "infom", "table": "1", "better": "A", "worse": "B",
+           "lower_is_better": False, "better_mean": 0.5, "worse_mean": 0.6, "diff_mean": -0.003, "ci_low": -0.016,
+           "ci_high": 0.011, "n_seeds": 5, "verdict": "reversed", "wall_s": 60.0, "published_better": 0.7,
+           "published_worse": 0.6}
+    assert normalise(old)["verdict"] == "inconclusive" and normalise(old)["lean"] == "negative"
+    assert normalise({**old, "verdict": "direction"})["lean"] == "positive"
+    assert normalise({**old, "verdict": "holds"}) == {**old, "verdict": "holds"}
+    assert verdict_text(old) == "inconclusive (leans against)"
+    assert "**inconclusive (leans against)**" in markdown([old]) and "reversed" not in markdown([old])
 
 
 def _results(claim, values: dict, **metrics):
@@ -219,6 +262,9 @@ def test_one_claim_end_to_end_at_a_tiny_budget_and_resumed(tmp_path):
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     (row,) = json.loads((tmp_path / "claims.json").read_text())
     assert set(FIELDS) <= set(row) and row["n_seeds"] == 2 and row["verdict"] in VERDICTS
+    assert {"lean", "p_value", "p_holm", "effect_sd"} <= set(row)
+    if row["p_value"] is not None:  # one claim of its paper: Holm leaves its p as it is
+        assert row["p_holm"] == pytest.approx(row["p_value"])
     diffs = [b - w for b, w in zip(row["better_values"], row["worse_values"])]
     assert row["diff_mean"] == pytest.approx(sum(diffs) / 2)
     ci = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)

@@ -6,9 +6,10 @@ import math
 import statistics as stats
 
 from .catalog import Claim
-from .statistics import paired_interval, verdict
+from .statistics import effect_in_sd, holm, lean, paired_interval, verdict
 
-# the fields of every claims.json object (issue 31), then the extra ones
+# the fields of every claims.json object (issue 31), then the extra ones (issue 44 added lean, p_value, p_holm and
+# effect_sd; its verdicts are holds, inconclusive and contradicted)
 FIELDS = ("name", "paper", "metric", "better", "worse", "better_mean", "worse_mean", "diff_mean", "ci_low", "ci_high",
           "n_seeds", "verdict", "wall_s")
 
@@ -63,6 +64,7 @@ def assess(claim: Claim, results: dict, seeds, confidence: float = 0.95) -> dict
         "better": claim.better.label, "worse": claim.worse.label,
         "better_mean": stats.mean(better) if better else None, "worse_mean": stats.mean(worse) if worse else None,
         "diff_mean": None, "ci_low": None, "ci_high": None, "n_seeds": len(used), "verdict": "incomplete",
+        "lean": None, "p_value": None, "p_holm": None, "effect_sd": None,
         "wall_s": sum(r.wall_s for r in mine),
         "seeds": used, "better_values": better, "worse_values": worse, "differences": diffs,
         "confidence": confidence, "published_better": published["better"], "published_worse": published["worse"],
@@ -72,5 +74,20 @@ def assess(claim: Claim, results: dict, seeds, confidence: float = 0.95) -> dict
     }
     if diffs:
         interval = paired_interval(diffs, confidence)
-        out.update(diff_mean=interval.mean, ci_low=interval.low, ci_high=interval.high, verdict=verdict(interval))
+        out.update(diff_mean=interval.mean, ci_low=interval.low, ci_high=interval.high, verdict=verdict(interval),
+                   lean=lean(interval), p_value=None if math.isnan(interval.p) else interval.p,
+                   effect_sd=effect_in_sd(interval))
     return out
+
+
+def adjust_within_papers(rows: list[dict]) -> list[dict]:
+    """Each row's ``p_holm``: Holm's adjustment of the p-values of its paper's assessed claims (a claim with no
+    p-value counts as p = 1 in its paper's family and gets none)."""
+    by_paper: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("diff_mean") is not None:
+            by_paper.setdefault(row["paper"], []).append(row)
+    for family in by_paper.values():
+        for row, adjusted in zip(family, holm([r.get("p_value") for r in family])):
+            row["p_holm"] = adjusted if row.get("p_value") is not None else None
+    return rows

@@ -86,7 +86,7 @@ def print_list(claims, seeds, jobs: int) -> None:
 def run(args) -> int:
     from tqdm.auto import tqdm
 
-    from .assess import assess
+    from .assess import adjust_within_papers, assess
     from .catalog import PAPERS, load_claims, select_claims, unique_runs
     from .report import print_table, write
     from .runner import evaluate_run, measure_selection, schedule, train_all
@@ -135,7 +135,8 @@ def run(args) -> int:
     if args.eval_samples is not None:
         for result in tqdm(list(results.values()), desc=f"evaluating on {args.eval_samples} samples", unit="run"):
             evaluate_run(result, args.eval_samples)
-    rows = [assess(c, results, seeds, args.confidence) for c in claims]
+    # Holm within each paper over the claims assessed in this call (all of a paper's by default)
+    rows = adjust_within_papers([assess(c, results, seeds, args.confidence) for c in claims])
     print_table(rows)
     paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing)
     print("written: " + ", ".join(str(p) for p in paths.values()))

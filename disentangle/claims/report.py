@@ -7,14 +7,27 @@ import math
 from pathlib import Path
 
 from .catalog import PAPERS
+from .statistics import normalise
 
 PAPER_TITLES = {"qlae": "QLAE (Hsu et al. 2023)", "tripod": "Tripod (Hsu et al. 2024)",
                 "factorqvae": "FactorQVAE (Baykal et al.)", "friede": "Friede et al. 2023",
                 "cliff": "Cliff (Barin-Pacela et al. 2025)"}
 METRIC_LABELS = {"infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I", "dci_c": "C",
                  "mig": "MIG", "mcc": "MCC", "psnr": "PSNR"}
-VERDICT_COLOURS = {"holds": "green", "direction": "yellow", "reversed": "magenta", "contradicted": "red",
-                   "incomplete": "grey"}
+VERDICT_COLOURS = {"holds": "green", "inconclusive": "yellow", "contradicted": "red", "incomplete": "grey"}
+LEANS = {"positive": "leans the paper's way", "negative": "leans against", "none": "no lean"}
+
+
+def verdict_text(row: dict) -> str:
+    """The verdict, and for an inconclusive claim the way it leans (a lean, not a verdict)."""
+    row = normalise(row)
+    if row["verdict"] == "inconclusive" and row.get("lean"):
+        return f"inconclusive ({LEANS.get(row['lean'], row['lean'])})"
+    return row["verdict"]
+
+
+def _p(x) -> str:
+    return "–" if x is None else "<0.001" if x < 0.001 else f"{x:.3f}"
 
 
 def _num(x, digits: int = 3) -> str:
@@ -49,14 +62,14 @@ def print_table(rows: list[dict]) -> None:
     table = Table(title=f"claims: paired difference over seeds, {conf:.0%} t interval")
     for col, justify in (("claim", "left"), ("paper", "left"), ("metric", "left"), ("better", "right"),
                          ("worse", "right"), ("diff", "right"), (f"{conf:.0%} interval", "right"),
-                         ("seeds", "right"), ("verdict", "left")):
+                         ("Holm p", "right"), ("d (SD)", "right"), ("seeds", "right"), ("verdict", "left")):
         table.add_column(col, justify=justify)
-    for r in rows:
+    for r in map(normalise, rows):
         colour = VERDICT_COLOURS.get(r["verdict"], "white")
         table.add_row(f"{r['name']}\n[dim]{comparison(r)}[/dim]", r["paper"],
                       METRIC_LABELS.get(r["metric"], r["metric"]), _num(r["better_mean"]), _num(r["worse_mean"]),
-                      _num(r["diff_mean"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]", str(r["n_seeds"]),
-                      f"[{colour}]{r['verdict']}[/{colour}]")
+                      _num(r["diff_mean"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]", _p(r.get("p_holm")),
+                      _num(r.get("effect_sd"), 2), str(r["n_seeds"]), f"[{colour}]{verdict_text(r)}[/{colour}]")
     Console(width=160).print(table)
     for r in rows:
         for err in r.get("errors", []):
@@ -64,9 +77,11 @@ def print_table(rows: list[dict]) -> None:
 
 
 def markdown(rows: list[dict], timing: dict | None = None) -> str:
-    """Per paper: the claim, the published values, the measured means, the difference with its interval, the
-    verdict and the CPU time of its runs."""
+    """Per paper: the claim, the published values, the measured means, the difference with its interval, its
+    Holm-adjusted p-value within the paper and its size in SDs of the seeds' differences, the verdict and the CPU
+    time of its runs."""
     out = []
+    rows = [normalise(r) for r in rows]
     for paper in PAPERS:
         mine = [r for r in rows if r["paper"] == paper]
         if not mine:
@@ -74,15 +89,15 @@ def markdown(rows: list[dict], timing: dict | None = None) -> str:
         head = f"### {PAPER_TITLES[paper]}"
         if timing and paper in timing:
             head += f" — {timing[paper]['elapsed_s'] / 60:.0f} min"
-        out += [head, "", "| claim | metric | published | measured | difference [95% CI] | verdict | CPU time |",
-                "|---|---|---|---|---|---|---|"]
+        out += [head, "", "| claim | metric | published | measured | difference [95% CI] | Holm p | d (SD) | verdict "
+                "| CPU time |", "|---|---|---|---|---|---|---|---|---|"]
         for r in mine:
             pub = f"{_num(r['published_better'], 2)} vs {_num(r['published_worse'], 2)}"
             meas = f"{_num(r['better_mean'])} vs {_num(r['worse_mean'])}"
             diff = f"{_num(r['diff_mean'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
             out.append(f"| `{r['name']}`: {comparison(r)} | {METRIC_LABELS.get(r['metric'], r['metric'])} "
-                       f"({r['table']}) | {pub} | {meas} | {diff} | **{r['verdict']}** | "
-                       f"{r['wall_s'] / 60:.0f} min |")
+                       f"({r['table']}) | {pub} | {meas} | {diff} | {_p(r.get('p_holm'))} | "
+                       f"{_num(r.get('effect_sd'), 2)} | **{verdict_text(r)}** | {r['wall_s'] / 60:.0f} min |")
         out.append("")
     return "\n".join(out)
 
@@ -100,8 +115,8 @@ def figure(rows: list[dict], path: Path) -> Path | None:
     heights = [sum(r["paper"] == p for r in rows) for p in papers]
     fig, axes = plt.subplots(len(papers), 1, figsize=(8, 0.35 * sum(heights) + 1.2 * len(papers)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
-    colours = {"holds": "tab:green", "direction": "goldenrod", "reversed": "tab:purple", "contradicted": "tab:red",
-               "incomplete": "grey"}
+    rows = [normalise(r) for r in rows]
+    colours = {"holds": "tab:green", "inconclusive": "goldenrod", "contradicted": "tab:red", "incomplete": "grey"}
     for ax, paper in zip(axes[:, 0], papers):
         mine = [r for r in rows if r["paper"] == paper][::-1]
         for y, r in enumerate(mine):
