@@ -43,3 +43,19 @@ def test_readme_is_short_and_has_the_two_commands():
     n_lines = len(text.splitlines())
     assert n_lines <= 200, f"README.md has {n_lines} lines; keep it to one or two screens (move detail into docs/)"
     assert "make demo" in text and "make test" in text
+
+
+def test_the_documented_run_folders_are_the_ones_hydra_makes():
+    """README and docs name a run's and a sweep's folders as conf/hydra/default.yaml makes them: a date and a time
+    (``<date>_<time>``), not a date alone."""
+    import yaml
+
+    hydra = yaml.safe_load((ROOT / "conf" / "hydra" / "default.yaml").read_text())
+    assert hydra["sweep"]["dir"] == "multirun/${now:%Y-%m-%d_%H-%M-%S}"
+    assert hydra["run"]["dir"].endswith("/${now:%Y-%m-%d_%H-%M-%S}")
+    pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    named = [(page.name, m.group(0)) for page in pages
+             for m in re.finditer(r"(multirun|outputs/<model>/<data>)/<[^>`]*>[^/`\s]*", page.read_text())]
+    assert named, "no page names the run folders"
+    wrong = [(page, folder) for page, folder in named if not folder.endswith("/<date>_<time>")]
+    assert not wrong, wrong
