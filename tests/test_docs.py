@@ -59,3 +59,22 @@ def test_the_documented_run_folders_are_the_ones_hydra_makes():
     assert named, "no page names the run folders"
     wrong = [(page, folder) for page, folder in named if not folder.endswith("/<date>_<time>")]
     assert not wrong, wrong
+
+
+def test_install_md_lists_every_console_script_and_extra_of_pyproject():
+    """The install page's console-script table is pyproject's [project.scripts], each the `python -m` form of the
+    function it runs; its extras table is pyproject's optional dependencies."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    page = (ROOT / "docs" / "install.md").read_text()
+    scripts = dict(re.findall(r"^\| `(disentangle-[a-z_]+)` \| `python -m (disentangle\.[a-z_.]+)` \|$", page, re.M))
+    assert scripts.keys() == project["scripts"].keys()
+    for script, module in scripts.items():
+        assert project["scripts"][script].split(":")[0] == module, script
+    extras = re.findall(r"^\| `([a-z]+)` \| [^|]+ \| [^|]+ \|$", page, re.M)
+    assert sorted(extras) == sorted(project["optional-dependencies"]), extras
+    dev = " ".join(project["optional-dependencies"]["dev"])
+    dev_row = next(line for line in page.splitlines() if line.startswith("| `dev` |"))
+    for extra in re.search(r"\[(.*)\]", dev).group(1).split(","):  # the extras dev pulls in are named in its row
+        assert f"`{extra}`" in dev_row, extra
