@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from .errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
 from .runtime import config
-from .runtime.paths import config_dir, sweep_arguments
+from .runtime.paths import config_dir, shadowed_sweep, sweep_arguments
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,10 @@ def _check_auto_resume(args: list[str]) -> None:
 
 
 def cli() -> None:
+    shadowed = shadowed_sweep(sys.argv[1:])
+    if shadowed:  # a local sweeps/ folder hides the project's: say so, rather than Hydra's "no such config"
+        print(f"error: {shadowed}", file=sys.stderr)
+        sys.exit(2)
     sys.argv[1:] = sweep_arguments(resume_arguments(sys.argv[1:]))
     # `--cfg job` shows resolved values (per-dataset lambdas, n_latents) rather than interpolations
     args = sys.argv[1:]

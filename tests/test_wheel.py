@@ -63,6 +63,25 @@ def test_sweep_arguments_find_the_sweeps_from_any_directory(tmp_path, monkeypatc
     assert paths.sweep_arguments(["-cd", "sweeps", "-cn", "a"]) == ["-cd", "sweeps", "-cn", "a"]
 
 
+def test_an_empty_local_sweeps_folder_that_hides_the_projects_is_named(tmp_path, monkeypatch):
+    """An empty ``sweeps/`` where the command runs shadows the installed sweeps: one line naming that folder and
+    the project's, exit 2, before Hydra starts (issue 45)."""
+    monkeypatch.chdir(tmp_path)
+    assert paths.shadowed_sweep(["-m", "-cd", "sweeps", "-cn", "tripod_table1"]) is None  # no folder here
+    (tmp_path / "sweeps").mkdir()
+    problem = paths.shadowed_sweep(["-m", "-cd", "sweeps", "-cn", "tripod_table1"])
+    assert problem and str(tmp_path / "sweeps") in problem and str(paths.sweeps_dir()) in problem
+    assert paths.shadowed_sweep(["-m", "--config-dir=sweeps", "--config-name=tripod_table1.yaml"]) == problem
+    assert paths.shadowed_sweep(["-cd", "sweeps", "-cn", "no_such_sweep"]) is None  # Hydra's own error says it
+    (tmp_path / "sweeps" / "tripod_table1.yaml").write_text("# the user's own\n")
+    assert paths.shadowed_sweep(["-cd", "sweeps", "-cn", "tripod_table1"]) is None  # theirs, used as it is
+    (tmp_path / "sweeps" / "tripod_table1.yaml").unlink()
+    done = subprocess.run([sys.executable, "-m", "disentangle.train", "-m", "-cd", "sweeps", "-cn", "tripod_table1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2 and done.stderr.strip() == f"error: {problem}", done.stderr[-2000:]
+
+
 def test_each_console_script_runs_what_its_python_m_form_runs():
     tomllib = pytest.importorskip("tomllib")
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]

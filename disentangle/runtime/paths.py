@@ -59,6 +59,29 @@ def sweep_arguments(args: list[str]) -> list[str]:
     return out
 
 
+def shadowed_sweep(args: list[str]) -> str | None:
+    """The one-line problem when ``-cd sweeps -cn NAME`` would read a ``sweeps`` folder of the current directory
+    that has no ``NAME.yaml`` while the project's sweeps (:func:`sweeps_dir`) have it: the local folder shadows
+    them, and Hydra's own error would only say the config does not exist. None otherwise."""
+    config_dirs, name = [], None
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in ("-cd", "--config-dir"):
+            config_dirs.append(value if eq else (args[i + 1] if i + 1 < len(args) else ""))
+        elif flag in ("-cn", "--config-name"):
+            name = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+    if not name or len(config_dirs) != 1:
+        return None
+    local, stem = Path(config_dirs[0]).expanduser(), name.removesuffix(".yaml")
+    if local.parts != (SWEEPS_ALIAS,) or not local.is_dir() or (local / f"{stem}.yaml").is_file():
+        return None
+    installed = sweeps_dir()
+    if not (installed / f"{stem}.yaml").is_file() or local.resolve() == installed.resolve():
+        return None
+    return (f"-cd sweeps: the folder {local.resolve()} here has no {stem}.yaml and hides the project's sweeps "
+            f"({installed}, which has it); run from another directory or pass -cd {installed}")
+
+
 def _sweeps_alias(value: str) -> str:
     path = Path(value).expanduser()
     if path.parts == (SWEEPS_ALIAS,) and not path.is_dir():
