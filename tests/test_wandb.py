@@ -166,3 +166,26 @@ def test_a_finished_run_continued_longer_keeps_its_wandb_run_and_logs_no_point_t
     loss = _steps(rows, "train/loss")
     assert loss == sorted(set(loss)) and loss[-1] == 15
     assert json.loads((tmp_path / "wandb_run.json").read_text())["summary"]["step"] == 16
+
+
+def test_logging_to_wandb_without_a_key_says_it_logs_offline_and_how_to_sync(tmp_path, monkeypatch, capsys):
+    """No WANDB_API_KEY, no `wandb login` and no WANDB_MODE: one line says the run logs offline and names the
+    `wandb sync` command for the folder the real wandb library writes (issue 45)."""
+    from disentangle.runtime.loggers import wandb_logger
+
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = wandb_logger(save_dir=str(tmp_path / "run"), model="ae", data="shapes2d", seed=0)
+    logger.experiment.log({"x": 1.0})  # the real wandb.init, offline
+    logger.experiment.finish()
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("W&B:")]
+    where = tmp_path / "run" / "wandb"
+    assert line == (f"W&B: no API key (WANDB_API_KEY or `wandb login`), so this run logs offline under {where}; "
+                    f"upload it later with `wandb sync {where}/offline-run-*`")
+    assert list(where.glob("offline-run-*")), "the command names a folder wandb did not write"
+    # with a mode chosen, nothing is said
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    wandb_logger(save_dir=str(tmp_path / "run2"), model="ae", data="shapes2d", seed=0)
+    assert "W&B:" not in capsys.readouterr().err

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -27,7 +28,13 @@ def wandb_logger(save_dir: str, project: str = "disentangle", offline: bool | No
     :func:`config_key`: the same for all seeds of one configuration, so W&B can group by it) and ``runtime.*``. At the end the final
     metrics (``metrics.json``) and the best InfoM with its step go into the run summary and the W&B run is finished,
     so that the next job of a sweep starts its own run."""
-    offline = wandb_mode() != "online" if offline is None else offline
+    if offline is None:
+        offline = wandb_mode() != "online"
+        if offline and not os.environ.get("WANDB_MODE") and _rank() == 0:
+            # wandb's own hint ("run `wandb online`") cannot work without a key: say what happens and what to do
+            where = Path(save_dir) / "wandb"
+            print(f"W&B: no API key (WANDB_API_KEY or `wandb login`), so this run logs offline under {where}; "
+                  f"upload it later with `wandb sync {where}/offline-run-*`", file=sys.stderr)
     sweep = current_sweep()
     if group is None:
         group = sweep or ("-".join(str(x) for x in (model, data) if x is not None) or None)
@@ -308,6 +315,11 @@ def best_evaluation(history: Path, metric: str = "infom") -> dict:
         if isinstance(value, (int, float)) and math.isfinite(value) and (best is None or value > best[0]):
             best = (float(value), int(entry.get("step", -1)))
     return {} if best is None else {f"best_{metric}": best[0], f"best_{metric}_step": best[1]}
+
+
+def _rank() -> int:
+    """This process's rank under data parallelism (0 alone): one notice per run, not one per process."""
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
 
 
 def _has_netrc_key() -> bool:
