@@ -231,10 +231,21 @@ def _default_entity() -> str:
 
 
 def _sweep_group(path: Path) -> str:
-    """The W&B group of the sweep in ``path`` (as its training runs were grouped): from its ``multirun.yaml``."""
+    """The W&B group the training runs in ``path`` were logged to: what their ``wandb_run.json`` records (``path``'s
+    own for a single run, else its first job's), else the sweep's name from its ``multirun.yaml``."""
+    import json
+
     from omegaconf import OmegaConf
 
     from .runtime.loggers import sweep_name
+
+    for record in [path / "wandb_run.json", *sorted(path.glob("*/wandb_run.json"))]:
+        try:
+            group = json.loads(record.read_text()).get("group")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if group:
+            return str(group)
 
     multirun = path / "multirun.yaml"
     try:

@@ -185,6 +185,16 @@ def test_logging_to_wandb_without_a_key_says_it_logs_offline_and_how_to_sync(tmp
     assert line == (f"W&B: no API key (WANDB_API_KEY or `wandb login`), so this run logs offline under {where}; "
                     f"upload it later with `wandb sync {where}/offline-run-*`")
     assert list(where.glob("offline-run-*")), "the command names a folder wandb did not write"
+    # `report --wandb` on that run logs into the run's own group (its wandb_run.json), not the folder's name; on a
+    # sweep folder, its jobs' group
+    from disentangle.report import _sweep_group
+
+    assert _sweep_group(tmp_path / "run") == "ae-shapes2d"
+    sweep = tmp_path / "multirun" / "2026-01-01_12-00-00"
+    (sweep / "0_ae_shapes2d").mkdir(parents=True)
+    (sweep / "0_ae_shapes2d" / "wandb_run.json").write_text((tmp_path / "run" / "wandb_run.json").read_text())
+    assert _sweep_group(sweep) == "ae-shapes2d"
+    assert _sweep_group(tmp_path / "multirun") == "multirun"  # no record: the folder's name, as before
     # with a mode chosen, nothing is said
     monkeypatch.setenv("WANDB_MODE", "offline")
     wandb_logger(save_dir=str(tmp_path / "run2"), model="ae", data="shapes2d", seed=0)
