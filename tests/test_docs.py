@@ -78,3 +78,14 @@ def test_install_md_lists_every_console_script_and_extra_of_pyproject():
     dev_row = next(line for line in page.splitlines() if line.startswith("| `dev` |"))
     for extra in re.search(r"\[(.*)\]", dev).group(1).split(","):  # the extras dev pulls in are named in its row
         assert f"`{extra}`" in dev_row, extra
+
+
+def test_the_install_page_says_the_package_is_not_on_pypi_and_gives_the_working_route():
+    page = (ROOT / "docs" / "install.md").read_text()
+    assert "**It is not on PyPI yet.**" in page
+    first_block = page.split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in first_block.splitlines() if line.strip() and
+                not line.lstrip().startswith("#")]
+    assert "pip install ." in commands  # the route that works today, from a clone
+    assert "pip install disentangle-quantized" not in commands  # only as a comment, "once released"
+    assert "# once released on PyPI: pip install disentangle-quantized" in first_block

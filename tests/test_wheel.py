@@ -25,7 +25,8 @@ from disentangle.runtime import paths
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the build reads (pyproject.toml and setup.py name the rest)
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "disentangle", "conf", "sweeps")
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "requirements.lock", "disentangle",
+           "conf", "sweeps")
 SCRIPTS = ("train", "evaluate", "prepare", "report", "bench", "doctor", "chaos", "claims")
 # a few steps of the small network on 16x16 images, a small evaluation (as tests/conftest.py's FAST)
 TINY = ["trainer.max_steps=2", "model/arch=small", "data.resolution=16", "model.batch_size=16",
@@ -183,6 +184,23 @@ def test_the_wheel_carries_the_configs_the_sweeps_the_license_and_the_published_
     assert all(f"disentangle-{s} = disentangle.{s}:" in scripts for s in SCRIPTS)
 
 
+def test_the_package_description_has_no_relative_link(wheel):
+    """The long description (README.md) is shown on a package index, where a relative link resolves nowhere: each
+    docs/ page link goes to the docs site (pyproject's Documentation URL), any other file to the repository."""
+    import re
+
+    names = zipfile.ZipFile(wheel).namelist()
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    description = metadata.split("\n\n", 1)[1]
+    assert "Content-Type: text/markdown" in metadata and "make demo" in description
+    links = re.findall(r"\]\(([^)\s]+)\)", description)
+    readme_links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert len(links) == len(readme_links) > 20
+    assert [link for link in links if not re.match(r"^https?://|^#", link)] == []
+    assert "https://disentangle-quantized.github.io/disentangle/install/" in links  # docs/install.md
+    assert "https://disentangle-quantized.github.io/disentangle/getting-started/#where-results-land" in links
+
+
 def test_the_sdist_carries_the_configs_the_sweeps_and_the_license(sources, tmp_path):
     build = f"from setuptools import build_meta; build_meta.build_sdist({str(tmp_path)!r})"
     _check(_run([sys.executable, "-c", build], cwd=sources), "building the sdist")
@@ -192,6 +210,7 @@ def test_the_sdist_carries_the_configs_the_sweeps_and_the_license(sources, tmp_p
     expected = {p.relative_to(ROOT).as_posix() for d in ("conf", "sweeps")
                 for p in (ROOT / d).rglob("*.yaml")}
     assert expected <= names and {"LICENSE", "setup.py", "pyproject.toml", "disentangle/runtime/paths.py"} <= names
+    assert {"README.md", "requirements.lock"} <= names  # the description's source; the suite's versions
 
 
 @pytest.mark.timeout(900)  # builds and installs a wheel into a fresh venv: minutes on a loaded 2-core machine
