@@ -409,10 +409,10 @@ def infomec(
             always runs on the CPU.
 
     Returns:
-        ``{"infom", "infoe", "infoc"}`` floats in [0, 1], ``"nmi"`` (n_sources, n_latents) and ``"active"``
-        (n_latents,) bool. Degenerate cases (see :func:`infom_infoc`): no active latent ⇒ InfoM = InfoC = 0
-        (InfoE is still computed from all latents, as the spec prescribes; with the range rule "no active latent"
-        means every latent is constant, so InfoE is 0 too); exactly one active latent ⇒ InfoC = 1.0.
+        dict: ``{"infom", "infoe", "infoc"}`` floats in [0, 1], ``"nmi"`` (n_sources, n_latents) and ``"active"``
+            (n_latents,) bool. Degenerate cases (see :func:`infom_infoc`): no active latent ⇒ InfoM = InfoC = 0
+            (InfoE is still computed from all latents, as the spec prescribes; with the range rule "no active
+            latent" means every latent is constant, so InfoE is 0 too); exactly one active latent ⇒ InfoC = 1.0.
     """
     check_choice("active_rule", active_rule, ACTIVE_RULES)
     check_choice("infoe_features", infoe_features, INFOE_FEATURES)
