@@ -100,3 +100,30 @@ def test_the_install_page_says_the_package_is_not_on_pypi_and_gives_the_working_
     assert "pip install ." in commands  # the route that works today, from a clone
     assert "pip install disentangle-quantized" not in commands  # only as a comment, "once released"
     assert "# once released on PyPI: pip install disentangle-quantized" in first_block
+
+
+def test_the_home_page_lists_every_page_of_the_nav():
+    """docs/index.md's table of pages links every page of mkdocs.yml's nav (the methods' and API's sections through
+    at least one of their pages each) and nothing that is not in it."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):  # mkdocs.yml's own tags (!relative, !!python/...): read as nothing
+        pass
+
+    _Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    nav = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Loader)["nav"]
+
+    def pages(entries):
+        for entry in entries:
+            for value in entry.values():
+                yield from (pages(value) if isinstance(value, list) else [value])
+
+    in_nav = set(pages(nav)) - {"index.md"}
+    table = [line for line in (ROOT / "docs" / "index.md").read_text().splitlines() if line.startswith("| [")
+             or line.startswith("| API |")]
+    linked = {link.split("#")[0] for line in table for link in re.findall(r"\]\(([^)]+)\)", line)}
+    sections = {"methods/": "Methods", "api/": "API"}
+    missing = {p for p in in_nav - linked
+               if not any(p.startswith(s) and any(x.startswith(s) for x in linked) for s in sections)}
+    assert not missing, f"pages in the nav but not on the home page's table: {sorted(missing)}"
+    assert linked <= in_nav, sorted(linked - in_nav)
