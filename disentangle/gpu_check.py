@@ -172,11 +172,8 @@ def collect(stage: str, work: Path) -> dict:
     walls = [w for w in walls if w]
     verdicts: dict[str, int] = {}
     assessed = claims / "claims.json"
-    from .claims.statistics import normalise
-
     for row in json.loads(assessed.read_text()) if assessed.is_file() else []:  # a list: one object per claim
-        word = normalise(row).get("verdict", "?")
-        verdicts[word] = verdicts.get(word, 0) + 1
+        verdicts[row.get("verdict", "?")] = verdicts.get(row.get("verdict", "?"), 0) + 1
     return {"runs_started": len(runs), "runs_finished": len(finished),
             "median_run_s": round(statistics.median(walls), 1) if walls else None, "verdicts": verdicts}
 
