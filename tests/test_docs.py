@@ -7,8 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOC_PAGES = sorted((ROOT / "docs").rglob("*.md"))
 
 # Markdown links: inline [text](target "title") and reference-style [label]: target.
 _INLINE_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -20,26 +23,156 @@ def _relative_links(text: str) -> list[str]:
     return [link for link in links if not re.match(r"^[a-z][a-z0-9+.-]*:|^#|^//", link, re.IGNORECASE)]
 
 
-def test_mkdocs_build_strict(tmp_path):
-    """The docs packages come with the dev extra (`make install`); a missing one fails here rather than skipping."""
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory) -> Path:
+    """The site, built once with --strict for every test here that reads it. The docs packages come with the dev
+    extra (`make install`); a missing one fails the build rather than skipping."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return site
+
+
+def _pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if not {"assets", "search"} & set(p.relative_to(site).parts))
+
+
+def _prose(page: Path) -> str:
+    """A built page's HTML without its code blocks (which show source, or an included file, as it is)."""
+    return re.sub(r"<pre[\s\S]*?</pre>", "", page.read_text(encoding="utf-8"))
+
+
+def test_mkdocs_build_strict(built_site):
     # no Sphinx role shows as raw text on a rendered page (the API pages' docstrings use them: docs/hooks/); code
     # blocks, which show source as it is, are left out
-    pages = sorted((tmp_path / "site").rglob("*.html"))
+    pages = _pages(built_site)
     assert any("api" in p.parts for p in pages)
     raw = {}
     for page in pages:
-        prose = re.sub(r"<pre[\s\S]*?</pre>", "", page.read_text(encoding="utf-8"))
-        found = re.findall(r":(?:func|class|meth|mod|attr|data|exc|obj):(?:<code>|`)[^<`]*", prose)
+        found = re.findall(r":(?:func|class|meth|mod|attr|data|exc|obj):(?:<code>|`)[^<`]*", _prose(page))
         if found:
-            raw[str(page.relative_to(tmp_path / "site"))] = found[:3]
+            raw[str(page.relative_to(built_site))] = found[:3]
     assert not raw, raw
-    assert (tmp_path / "site" / "index.html").is_file()
+    assert (built_site / "index.html").is_file()
+
+
+def test_api_pages_show_no_rest_table_rules(built_site):
+    """reST simple tables in docstrings (rows between ``====  ====`` rules) render as tables or lists on the API
+    pages (docs/hooks/rst_tables.py), not as rows of "=" and run-together text."""
+    api = [p for p in _pages(built_site) if "api" in p.relative_to(built_site).parts]
+    assert api
+    raw = {str(p.relative_to(built_site)): m.group(0) for p in api
+           for m in [re.search(r"={6,}", re.sub(r"<[^>]+>", "", _prose(p)))] if m}
+    assert not raw, raw
+    models = (built_site / "api" / "models" / "index.html").read_text(encoding="utf-8")
+    assert "<li><code>method</code>: " in models  # disentangle/models/base.py's member table, as a list
+
+
+# A citation of the project's internal implementation specs (shared/specs/, not in a clone): "spec §3.3", "QLAE
+# spec §4.3", "spec's §3.3", "Spec: qlae.md §12", "(factorqvae.md §8.1)", "spec [REC]". Pages cite the papers.
+SPEC_FILES = r"(?:qlae|tripod|factorqvae|cliff|categorical_vae)\.md"
+SPEC_REFERENCE = re.compile(
+    rf"shared/specs|\bspecs/|\b[Ss]pec(?:'s)?:? ?§|\b[Ss]pec(?:'s|:)? {SPEC_FILES}|\b{SPEC_FILES} §|\[REC\]|"
+    r"spec default|implementation spec")
+
+
+def test_docs_cite_the_papers_not_the_internal_specs(built_site):
+    """No page names the internal spec files or their sections: neither the Markdown of docs/ and README.md nor the
+    prose of the built hand-written pages. The API pages (api/) are left out: they are made from the package's
+    docstrings, some of which still cite spec sections (e.g. disentangle/nn/qlae.py). So are code blocks, which
+    show the repository's config files (conf/) as they are."""
+    found = {str(p.relative_to(ROOT)): m for p in [README, *DOC_PAGES]
+             if (m := SPEC_REFERENCE.findall(p.read_text(encoding="utf-8")))}
+    assert not found, found
+    pages = [p for p in _pages(built_site) if "api" not in p.relative_to(built_site).parts]
+    assert len(pages) > 20
+    built = {str(p.relative_to(built_site)): m for p in pages
+             if (m := SPEC_REFERENCE.findall(re.sub(r"<[^>]+>", "", _prose(p))))}
+    assert not built, built
+
+
+def test_code_blocks_wrap_and_every_page_links_the_stylesheet(built_site):
+    """Long lines in code blocks wrap instead of being clipped: docs/stylesheets/extra.css (mkdocs.yml's extra_css)
+    sets pre-wrap on code blocks, every built page links it, and every block carries its language's class, which
+    the stylesheet's exemption for plain-text blocks (program output, the package layout) reads. Those keep their
+    columns and scroll, so their lines must fit the content column at 1280 px: 80 characters."""
+    css = (built_site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert re.search(r"\.md-typeset pre > code\s*\{[^}]*white-space:\s*pre-wrap", css), css
+    unlinked, untyped = [], []
+    for page in _pages(built_site):
+        html = page.read_text(encoding="utf-8")
+        hrefs = re.findall(r'<link rel="stylesheet" href="([^"]*stylesheets/extra\.css)"', html)
+        targets = [(built_site / h.lstrip("/")) if h.startswith("/") else (page.parent / h) for h in hrefs]
+        if not any(t.resolve() == (built_site / "stylesheets" / "extra.css").resolve() for t in targets):
+            unlinked.append(str(page.relative_to(built_site)))
+        if re.search(r'<div class="highlight"><pre', html):
+            untyped.append(str(page.relative_to(built_site)))
+    assert not unlinked, f"pages without docs/stylesheets/extra.css: {unlinked}"
+    assert not untyped, f"code blocks without a language class (pygments_lang_class): {untyped}"
+    long_plain = [(page.name, line) for page in [README, *DOC_PAGES]
+                  for info, lines in _fenced_blocks(page.read_text(encoding="utf-8")) if info in ("", "text")
+                  for line in lines if len(line.rstrip()) > 80]
+    assert not long_plain, long_plain
+
+
+def _fenced_blocks(markdown: str) -> list[tuple[str, list[str]]]:
+    """(info string, lines) of each fenced code block."""
+    blocks, current = [], None
+    for line in markdown.splitlines():
+        fence = re.match(r"^ *```(\S*)", line)
+        if fence and current is None:
+            current = (fence.group(1), [])
+        elif fence:
+            blocks.append(current)
+            current = None
+        elif current is not None:
+            current[1].append(line)
+    return blocks
+
+
+# Material gives every table cell at least 5rem (100 px); the content column at 1280 px with both sidebars is
+# 688 px (measured in Chromium). A model column whose longest unbreakable name is 30 characters of code (about
+# 245 px with its padding) and four metric columns (400 px) fit; the eight columns the table once had did not
+# (~945 px: model names broke mid-word and the PSNR column was cut off).
+MAX_COLUMNS, MAX_HEADER, MAX_NAME = 5, 10, 30
+
+
+def _tables(markdown: str) -> list[list[list[str]]]:
+    tables, rows = [], []
+    for line in markdown.splitlines() + [""]:
+        if line.startswith("|"):
+            if not re.fullmatch(r"\|(?:\s*:?-+:?\s*\|)+", line.strip()):
+                rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows:
+            tables.append(rows)
+            rows = []
+    return tables
+
+
+def test_the_quickstart_comparison_fits_the_page():
+    """docs/getting-started.md's quickstart comparison is tables of at most 5 columns with headers of at most 10
+    characters and model names (the first cell's longest word) of at most 30; together they still give every
+    model all seven metrics."""
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    section = page.split("## The quickstart comparison\n", 1)[1].split("\n## ", 1)[0]
+    tables = _tables(section)
+    assert tables
+    for table in tables:
+        header, rows = table[0], table[1:]
+        assert len(header) <= MAX_COLUMNS, header
+        assert all(len(cell) <= MAX_HEADER for cell in header), header
+        too_long = [row[0] for row in rows if max(len(w.strip("`")) for w in row[0].split()) > MAX_NAME]
+        assert not too_long, too_long
+    models = [[row[0] for row in table[1:]] for table in tables]
+    assert all(m == models[0] for m in models), "the tables list different models"
+    metrics = [cell for table in tables for cell in table[0][1:]]
+    assert sorted(metrics) == sorted(["InfoM", "InfoE", "InfoC", "D", "I", "C", "PSNR"]), metrics
+    assert all(re.fullmatch(r"\d+\.\d+", cell) for table in tables for row in table[1:] for cell in row[1:])
+    assert len(models[0]) >= 40
 
 
 def test_readme_relative_links_exist():
