@@ -81,13 +81,14 @@ MEASURED_SPEEDUP: dict[str, dict[str, float]] = {
         "LachapelleEncoder": 0.83, "LachapelleDecoder": 0.83, "AdditiveDecoder": 0.86,  # the balls' ResNet-18: slower
     },
     # `make gpu-check` on an H200 (docs/gpu-check.json; one case per network, fp32, TF32 as the runs set it): small
-    # steps (7-120 ms at batch 64) leave little for Inductor to fuse; the balls' networks are not measured there yet
+    # steps (7-120 ms at batch 64) leave little for Inductor to fuse
     "cuda": {
         "ConvEncoder": 1.10, "StyleDecoder": 1.10,  # QLAE's autoencoder
         "InfoWGAN:StyleDecoder": 1.07,  # its GAN's generator
         "ResidualEncoder": 1.00, "ResidualDecoder": 1.00,  # Tripod's: eager
         "DalleEncoder": 0.99, "DalleDecoder": 0.99,  # FactorQVAE's DALL-E-style: eager
         "DlibEncoder": 0.81, "DlibDecoder": 0.81,  # disentanglement_lib's: slower compiled
+        "LachapelleEncoder": 0.96, "LachapelleDecoder": 0.96, "AdditiveDecoder": 0.98,  # the balls': eager
     },
 }
 MIN_GAIN = 1.02
