@@ -14,7 +14,7 @@ import yaml
 from omegaconf import DictConfig
 
 from .errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
-from .runtime import config
+from .runtime import config, dry_run
 from .runtime.paths import config_dir, shadowed_sweep, sweep_arguments
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,8 @@ def cli() -> None:
     shows_job = any(a in ("--cfg", "-c") and args[i + 1 : i + 2] == ["job"] for i, a in enumerate(args))
     if shows_job and "--resolve" not in args:
         sys.argv.append("--resolve")
+    if dry_run.requested(args):  # list the jobs, run nothing (before Hydra could create a directory)
+        sys.exit(dry_run.main(args))
     config.run_app(main)  # a mistake in the command line: one line, exit 2
 
 

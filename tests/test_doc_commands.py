@@ -168,12 +168,12 @@ def test_a_documented_command_runs_as_printed(block, tmp_path):
 
 
 def _trains(command: str) -> bool:
-    """A single training run (not a composition, a sweep or a help text)."""
+    """A single training run (not a composition, a sweep, a dry run or a help text)."""
     words = shlex.split(command)
     if "disentangle.train" not in words:
         return False
     options = set(words[words.index("disentangle.train") + 1:])
-    return not {"--cfg", "-c", "--help", "-h", "--info", "-i", "-m", "--multirun"} & options
+    return not {"--cfg", "-c", "--help", "-h", "--info", "-i", "-m", "--multirun", "dry_run=true"} & options
 
 
 # ------------------------------------------------------------------------------------- names that must exist
@@ -252,4 +252,5 @@ def test_the_parser_reads_continuations_comments_and_markers(tmp_path):
     assert _trains("PYTHONPATH=x python -m disentangle.train model=ae") and not _trains("python -m disentangle.report x")
     assert not _trains("python -m disentangle.train -cd sweeps -cn x --cfg job")
     assert not _trains("python -m disentangle.train -m model=ae,qlae")
+    assert not _trains("python -m disentangle.train model=ae dry_run=true")
 
