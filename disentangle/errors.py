@@ -16,3 +16,8 @@ class DatasetNotFoundError(FileNotFoundError):
 
 class NonFiniteLossError(RuntimeError):
     """A loss term became NaN or inf; the message names the term and the step."""
+
+
+class EvaluationError(RuntimeError):
+    """A metric computation (possibly in the background worker) failed; ``__cause__`` is the original. Here, not in
+    the callbacks, so that the commands catch it without importing torch."""

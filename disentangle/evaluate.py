@@ -12,25 +12,25 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import ConfigError, DatasetNotFoundError
-from .metrics.suite import check_metric_names
+from .errors import ConfigError, DatasetNotFoundError, EvaluationError
 from .runtime import config
-from .runtime.checkpointing import load_checkpoint
 from .runtime.paths import config_dir
 
-__all__ = ["checkpoint_path", "cli", "evaluate_checkpoint", "evaluation_settings", "load_checkpoint", "main"]
+__all__ = ["checkpoint_path", "cli", "evaluate_checkpoint", "evaluation_settings", "load_checkpoint", "main"]  # noqa: F822 (load_checkpoint: module __getattr__)
 
 
 def evaluate_checkpoint(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Evaluate ``cfg.ckpt`` with the run's own evaluation settings (``eval_settings=run``, the default) or the
     defaults of conf/callbacks (``eval_settings=default``); ``overrides``, the command line's (Hydra's task
     overrides when None), go on top either way."""
+    path = checkpoint_path(cfg)  # before the heavy imports: a missing ckpt= costs a second, not ten
     import torch
     from hydra.utils import instantiate
 
+    from .metrics.suite import check_metric_names
+    from .runtime.checkpointing import load_checkpoint
     from .runtime.run import print_summary
 
-    path = checkpoint_path(cfg)
     chosen = cfg.metrics if cfg.metrics is None or isinstance(cfg.metrics, str) else list(cfg.metrics)
     try:
         metrics = None if chosen is None else check_metric_names(chosen)
@@ -115,8 +115,6 @@ def checkpoint_path(cfg: DictConfig) -> Path:
 
 @hydra.main(config_path=str(config_dir()), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from .callbacks import EvaluationError
-
     try:
         evaluate_checkpoint(cfg)
     except (ConfigError, DatasetNotFoundError) as exc:
@@ -125,6 +123,15 @@ def main(cfg: DictConfig) -> None:
     except EvaluationError as exc:  # a metric failed on this model or data (e.g. too few samples)
         print(f"error: {config.one_line(exc)}", file=sys.stderr)
         sys.exit(1)
+
+
+def __getattr__(name: str):
+    """``load_checkpoint``, part of this module's interface, imported on first use (it needs torch)."""
+    if name == "load_checkpoint":
+        from .runtime.checkpointing import load_checkpoint
+
+        return load_checkpoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def cli() -> None:

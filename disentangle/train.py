@@ -13,21 +13,23 @@ import hydra
 import yaml
 from omegaconf import DictConfig
 
-from .errors import ConfigError, DatasetNotFoundError, NonFiniteLossError
+from .errors import ConfigError, DatasetNotFoundError, EvaluationError, NonFiniteLossError
 from .runtime import config, dry_run
 from .runtime.paths import config_dir, shadowed_sweep, sweep_arguments
+from .runtime.preflight import check_training_config
 
 log = logging.getLogger(__name__)
 
 
 @hydra.main(config_path=str(config_dir()), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from .callbacks import EvaluationError
     from .runtime.multirun import clear_failure, in_multirun, record_failure
-    from .runtime.run import train
 
     multirun = in_multirun()
     try:
+        check_training_config(cfg)  # what the config alone can refuse, before the ten seconds of torch's imports
+        from .runtime.run import train
+
         value = objective(cfg, train(cfg))
     except (ConfigError, DatasetNotFoundError, NonFiniteLossError, EvaluationError) as exc:
         # a metric failing (EvaluationError) keeps the checkpoints: `python -m disentangle.evaluate`

@@ -1,4 +1,4 @@
-"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|terms|data|metrics|precision|tf32``.
+"""Benchmarks (not timed tests): ``python -m disentangle.bench steps|terms|data|metrics|precision|tf32|errors``.
 
 One module per benchmark, the command line in :mod:`~disentangle.bench.command`:
 
@@ -12,24 +12,27 @@ One module per benchmark, the command line in :mod:`~disentangle.bench.command`:
   scikit-learn implementation, and whether the values agree;
 * ``precision`` (:mod:`~disentangle.bench.seeds`): the quickstarts over three seeds in fp32 and bf16-mixed;
 * ``tf32`` (:mod:`~disentangle.bench.tf32`, CUDA): each paper model's first-step terms and gradient under the TF32
-  settings against float32.
+  settings against float32;
+* ``errors`` (:mod:`~disentangle.bench.latency`): seconds from a command line to a mistake's one-line error, and to
+  each command's ``--help``.
 """
-from .batches import bench_data
-from .command import main
-from .evaluation import bench_metrics
-from .steps import (
-    CONF,
-    DATASET_SIZE,
-    STEP_CASES,
-    StepTimer,
-    bench_compiled,
-    bench_model,
-    bench_steps,
-    sync,
-    time_alternating,
-    time_steps,
-)
-from .terms import bench_terms
+import importlib
+
+# Imported on first use (PEP 562): `python -m disentangle.bench --help` and the `errors` benchmark run without torch
+_LAZY = {
+    "bench_data": ".batches", "main": ".command", "bench_metrics": ".evaluation", "bench_terms": ".terms",
+    **dict.fromkeys(("CONF", "DATASET_SIZE", "STEP_CASES", "StepTimer", "bench_compiled", "bench_model",
+                     "bench_steps", "sync", "time_alternating", "time_steps"), ".steps"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CONF",

@@ -5,14 +5,16 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
+from .seeds import MODELS as SEED_MODELS  # torch-free
 
-from .batches import bench_data
-from .evaluation import bench_metrics
-from .seeds import MODELS as SEED_MODELS
-from .seeds import compare_compiled, compare_precisions
-from .steps import bench_compiled, bench_model, bench_steps, select_cases, sync
-from .terms import bench_terms
+# The benchmarks import torch when they run, not here: `--help` and a mistake in the arguments answer at once.
+DEVICE_HELP = "torch device (default: cuda when available, else cpu)"
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def main(argv=None) -> None:
@@ -20,7 +22,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m disentangle.bench")
     sub = parser.add_subparsers(dest="what", required=True)
     steps = sub.add_parser("steps", help="seconds per training step of the paper configurations")
-    steps.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    steps.add_argument("--device", default=None, help=DEVICE_HELP)
     steps.add_argument("--repeats", type=int, default=10)
     steps.add_argument("--batch-size", type=int, default=64)
     steps.add_argument("--only", nargs="+", default=None,
@@ -36,18 +38,19 @@ def main(argv=None) -> None:
     steps.add_argument("--json", type=Path, default=None,
                        help="--compile: write the rows here (JSON lines, each as its case finishes)")
     terms = sub.add_parser("terms", help="Cliff, IOSS and HFS alone against the Cliff paper's Shapes3D step")
-    terms.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    terms.add_argument("--device", default=None, help=DEVICE_HELP)
     terms.add_argument("--n", type=int, default=64, help="batch size (Shapes3D's: 64)")
     terms.add_argument("--d", type=int, default=10, help="latents (Shapes3D's: 10)")
     terms.add_argument("--repeats", type=int, default=10)
     data = sub.add_parser("data", help="batch-assembly throughput (images/s) of prepared and procedural data")
-    data.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    data.add_argument("--device", default=None, help=DEVICE_HELP)
     data.add_argument("--n", type=int, default=100_000, help="images in the synthetic cache")
     data.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
     data.add_argument("--repeats", type=int, default=50)
     metrics = sub.add_parser("metrics", help="InfoMEC + DCI against a straightforward scikit-learn baseline")
-    metrics.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                         help="torch device for the discrete MI tables and InfoE regressions")
+    metrics.add_argument("--device", default=None,
+                         help="torch device for the discrete MI tables and InfoE regressions (default: cuda when "
+                              "available, else cpu)")
     metrics.add_argument("--n", type=int, default=10_000)
     metrics.add_argument("--latents", type=int, default=18)
     metrics.add_argument("--repeats", type=int, default=3)
@@ -66,7 +69,27 @@ def main(argv=None) -> None:
     seeds.add_argument("--compile", action="store_true",
                        help="eager against compiled (trainer.compile=true), both fp32, instead of fp32 against bf16")
     seeds.add_argument("overrides", nargs="*", help="extra training overrides for every run")
+    errors = sub.add_parser("errors", help="seconds from a command line to a mistake's one-line error, and each "
+                                           "command's --help (fresh interpreters, medians)")
+    errors.add_argument("--repeats", type=int, default=5)
+    errors.add_argument("--only", nargs="+", default=None, help="cases whose label contains one of these")
+    errors.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
+    if args.what == "errors":
+        from .latency import bench_errors
+
+        rows = bench_errors(args.repeats, args.only)
+        if args.json is not None:
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        raise SystemExit(0 if all(r["ok"] for r in rows) else 1)
+    if getattr(args, "device", "") is None:
+        args.device = default_device()
+    from .batches import bench_data
+    from .evaluation import bench_metrics
+    from .seeds import compare_compiled, compare_precisions
+    from .steps import bench_compiled, bench_model, bench_steps, select_cases, sync
+    from .terms import bench_terms
+
     if args.what == "steps":
         if args.precision:  # the same refusals as a training run (16-mixed off CUDA names bf16-mixed)
             from ..errors import ConfigError

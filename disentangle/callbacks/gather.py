@@ -18,15 +18,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..errors import EvaluationError
 from ..metrics.accumulate import LatentFactorAccumulator
 from ..metrics.reconstruction import mse_per_image, psnr_from_mse
 from ..metrics.suite import ModelFacts, metric_names, sampled_metrics
 from ..models.base import EvaluableModel
 from .jobs import EvaluationJob
-
-
-class EvaluationError(RuntimeError):
-    """A metric computation (possibly in the background worker) failed; ``__cause__`` is the original."""
 
 
 def failure(step: int, exc: Exception, where: str = "") -> EvaluationError:

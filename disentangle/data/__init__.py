@@ -1,16 +1,31 @@
 """Ground-truth-factor datasets as LightningDataModules (nothing here imports models or metrics)."""
+import importlib
+
 from ..errors import DatasetNotFoundError
-from .base import FactorDataModule, IndexStream
-from .prepared import (
-    PreparedDataModule,
-    PreparedDataset,
-    cache_path,
-    default_root,
-    load_dataset,
-    open_prepared,
-)
-from .procedural_module import ProceduralDataModule, unravel
-from .synthetic import BallsDataModule, Cliff2dDataModule
+
+# Imported on first use (PEP 562), so that a command's config checks can read cache paths without torch and
+# Lightning (disentangle.runtime.preflight); `from disentangle.data import X` and `_target_`s work as before.
+_LAZY = {
+    "FactorDataModule": ".base", "IndexStream": ".base",
+    "PreparedDataModule": ".prepared", "PreparedDataset": ".prepared", "load_dataset": ".prepared",
+    "open_prepared": ".prepared",
+    "cache_path": ".cache", "default_root": ".cache",
+    "ProceduralDataModule": ".procedural_module", "unravel": ".procedural_module",
+    "BallsDataModule": ".synthetic", "Cliff2dDataModule": ".synthetic",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BallsDataModule",

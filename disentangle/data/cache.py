@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["VARIANT_DEFAULT", "cache_path", "default_root", "is_default_variant", "resolve_root"]
+__all__ = ["VARIANT_DEFAULT", "cache_path", "default_root", "is_default_variant", "not_prepared", "resolve_root"]
 
 # the variant whose cache is plain <name>.h5 (other variants get <name>_<variant>.h5)
 VARIANT_DEFAULT = {"mpi3d": "complex"}
@@ -34,3 +34,12 @@ def cache_path(name: str, root: str | os.PathLike | None = None, variant: str | 
     if not is_default_variant(name, variant):
         return root / f"{name}_{variant}.h5"
     return root / f"{name}.h5"
+
+
+def not_prepared(name: str, path: Path, variant: str | None = None, raw: str = "") -> str:
+    """The one line for a dataset whose cache ``path`` is missing: the file expected and the command that makes it
+    (said by the reader, and by ``disentangle.runtime.preflight`` before torch is imported)."""
+    hint = f" (made from the official {raw})" if raw else ""
+    option = "" if is_default_variant(name, variant) else f" data.variant={variant}"
+    return (f"{name} is not prepared: expected {path}{hint}; "
+            f"run `python -m disentangle.prepare data={name}{option} data.root={path.parent}`")

@@ -29,7 +29,7 @@ from ..errors import DatasetNotFoundError
 from .base import FactorDataModule
 
 # The cache-location helpers live in cache.py (shared with preparation.py); they stay importable from here.
-from .cache import VARIANT_DEFAULT, cache_path, default_root, is_default_variant, resolve_root
+from .cache import VARIANT_DEFAULT, cache_path, default_root, not_prepared, resolve_root
 
 __all__ = [
     "COLOURS",
@@ -84,12 +84,7 @@ def open_prepared(name: str, root=None, variant: str | None = None, raw: str = "
         with h5py.File(path, "r") as f:
             complete = bool(f.attrs.get("complete", False)) and "images" in f and "factors" in f
     if not complete:
-        hint = f" (made from the official {raw})" if raw else ""
-        option = "" if is_default_variant(name, variant) else f" data.variant={variant}"
-        raise DatasetNotFoundError(
-            f"{name} is not prepared: expected {path}{hint}; "
-            f"run `python -m disentangle.prepare data={name}{option} data.root={path.parent}`"
-        )
+        raise DatasetNotFoundError(not_prepared(name, path, variant, raw))
     with h5py.File(path, "r") as f:
         factors = np.asarray(f["factors"], dtype=np.int64)
         names = tuple(str(s) for s in f.attrs["factor_names"])

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from ..checks import FP16_OFF_CUDA, PRECISION_ALIASES, PRECISIONS
 from ..errors import ConfigError
 
 DEVICE_TYPES = ("cpu", "cuda")
@@ -168,8 +169,7 @@ def in_float32(fn: F | None = None, *, name: str | None = None) -> F:
 
 
 # -- trainer.precision: what may run where ------------------------------------------------------------------
-PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
-_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed", "64": "64-true"}
+_ALIASES = PRECISION_ALIASES  # PRECISIONS and these are defined torch-free in disentangle.checks
 
 
 def device_type(accelerator: str) -> str:
@@ -208,8 +208,7 @@ def resolve_precision(requested, accelerator: str, *, updates_per_step: int = 1)
         return "bf16-mixed" if kind == "cuda" and cuda_bf16_native() else "32-true"
     if value == "16-mixed":
         if kind != "cuda":
-            raise ConfigError(f"trainer.precision=16-mixed needs a CUDA GPU (float16 with a gradient scaler); on the "
-                              f"{kind.upper()} use trainer.precision=bf16-mixed")
+            raise ConfigError(FP16_OFF_CUDA.format(device=kind.upper()))
         if updates_per_step > 1:
             raise ConfigError("trainer.precision=16-mixed cannot train this model: it makes several optimizer updates "
                               "per step (an adversary or a generator) and float16 needs every backward pass loss-scaled "

@@ -15,9 +15,12 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 # "loss": the total training loss, γ·TC-estimate included for FactorDVAE (the authors' eval.py);
 # "elbo": reconstruction + KL, what the paper's text says. They coincide for γ = 0 (§7, §18 item 2).
@@ -55,7 +58,6 @@ def check_categorical(model) -> None:
                          f"{spec.distribution or spec.module}")
 
 
-@torch.no_grad()
 def straight_through_gap(model, batches: Iterable[torch.Tensor], *, criterion: str = "loss",
                          progress: bool = False) -> dict:
     """Δ_ST of one model over ``batches`` of images (categorical_vae.md §7, steps 1–4).
@@ -63,6 +65,13 @@ def straight_through_gap(model, batches: Iterable[torch.Tensor], *, criterion: s
     Each batch is passed once soft and once hard (same images); the batch-mean ``loss`` (every weighted term of
     the training step) and ``elbo`` (reconstruction + the latent's KL) are averaged over batches. Returns
     ``delta_st`` (for ``criterion``), ``delta_st_loss``, ``delta_st_elbo``, the four means and ``batches``."""
+    import torch  # here, not at the top: `python -m disentangle.select --help` stays torch-free
+
+    with torch.no_grad():
+        return _straight_through_gap(model, batches, criterion, progress)
+
+
+def _straight_through_gap(model, batches, criterion: str, progress: bool) -> dict:
     check_criterion(criterion)
     check_categorical(model)
     kl_terms = set(model.latent_spec.loss_terms)
@@ -93,6 +102,8 @@ def straight_through_gap(model, batches: Iterable[torch.Tensor], *, criterion: s
 
 def training_batches(datamodule, n_batches: int, device: torch.device | str = "cpu") -> Iterator[torch.Tensor]:
     """The first ``n_batches`` image batches of the data module's training stream (deterministic given its seed)."""
+    import torch
+
     if hasattr(datamodule, "setup"):
         datamodule.setup("fit")
     for i, batch in enumerate(datamodule.train_dataloader()):

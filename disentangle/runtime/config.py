@@ -2,11 +2,12 @@
 report of a command-line mistake (an unknown config name or key, a plugin not installed) in place of Hydra's."""
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -117,7 +118,8 @@ def run_app(app: Callable[[], object], args: Sequence[str] | None = None) -> Non
         _fail(line)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises what it would print: the line is made here
     try:
-        app()
+        with _one_repository_for_help(args):
+            app()
     except Exception as exc:
         line = None if _raised_by_job(exc, app) else mistake_line(exc, args)
         if line is None:
@@ -125,6 +127,32 @@ def run_app(app: Callable[[], object], args: Sequence[str] | None = None) -> Non
         _fail(line)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+@contextlib.contextmanager
+def _one_repository_for_help(args: Sequence[str]) -> Iterator[None]:
+    """For ``--help``: Hydra lists the config groups building a fresh config repository per group (about 100, each a
+    deep copy of the search path: 1.5 of the 2 seconds). The listing only reads, so one repository per (config,
+    overrides) serves every group."""
+    if not any(a in ("--help", "-h") for a in args):
+        yield
+        return
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    original = ConfigLoaderImpl._parse_overrides_and_create_caching_repo
+    made: dict = {}
+
+    def once(self, config_name, overrides):
+        key = (id(self), config_name, tuple(overrides))
+        if key not in made:
+            made[key] = original(self, config_name, overrides)
+        return made[key]
+
+    ConfigLoaderImpl._parse_overrides_and_create_caching_repo = once
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl._parse_overrides_and_create_caching_repo = original
 
 
 def _fail(line: str) -> None:
