@@ -1,4 +1,5 @@
 """End-to-end: short real training runs (Lightning Trainer, Hydra config) for every model; bad input."""
+import csv
 import json
 import math
 import os
@@ -327,3 +328,12 @@ def test_evaluation_sees_mu_for_gaussians_and_code_indices_for_vq(tmp_path):
         mu = model.encoder(images)[:, :12]
         assert np.allclose(z[:5], mu.numpy(), atol=1e-5)  # the posterior mean, not a sample
         assert torch.equal(model.embed(images)[0], model.embed(images)[0])  # deterministic at evaluation
+
+
+def test_a_run_logs_its_training_losses_at_its_last_step(trained_run):
+    """Lightning writes the training losses every ``log_every_n_steps``; the run's last step is written too (a run
+    shorter than n had no training-loss curve), once, beside the steps Lightning wrote itself."""
+    run = trained_run("trainer.log_every_n_steps=3")  # 4 steps: Lightning writes step 2, the last step is 3
+    with open(run / "csv" / "metrics.csv", newline="") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f) if row.get("train/loss")]
+    assert steps == [2, 3]

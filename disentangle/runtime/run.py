@@ -56,6 +56,7 @@ def build(cfg: DictConfig) -> Job:
         summary = bool(cfg.trainer.get("enable_model_summary", True))
         if summary and not any(isinstance(c, pl.callbacks.ModelSummary) for c in callbacks):
             callbacks.append(ModelSummary())  # in place of Lightning's default one (see the class)
+        callbacks.append(LogLastStep())
         run_config = OmegaConf.to_container(cfg, resolve=True)  # stored in checkpoints; the W&B run config
         run_config["trainer"]["precision"] = precision["precision"]  # what ran, not "auto"
         run_config["tf32"] = precision["tf32"]
@@ -270,6 +271,22 @@ class ModelSummary(pl.callbacks.RichModelSummary):
             totals.append(("Total FLOPs", get_human_readable_count(total_flops)))
         for label, value in totals:
             console.print(f"[bold]{label}[/]: {str(value).strip()}")
+
+
+class LogLastStep(pl.callbacks.Callback):
+    """The training losses of a run's last step go to the loggers whatever ``trainer.log_every_n_steps`` is: Lightning
+    writes them only every n steps, so a run shorter than n (a smoke test, a quick try) had no training-loss curve at
+    all, and a longer one's curve stopped short of its end."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        connector = trainer._logger_connector  # what Lightning would write at this step, written now
+        every = trainer.log_every_n_steps
+        last = trainer.max_steps is not None and trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
+        stepped = trainer.fit_loop.epoch_loop._batches_that_stepped + 1  # as Lightning counts it for this step
+        if last and every and stepped % every and trainer.loggers:
+            metrics = connector.metrics["log"]
+            if metrics:
+                connector.log_metrics(metrics)
 
 
 CONFIG_COPY = Path("checkpoints") / "hydra"  # the .hydra/ files of the last start that went ahead
