@@ -1,14 +1,14 @@
 """Entry point: ``python -m disentangle.report DIR... [--format md|csv|latex] [--out FILE] [--compare-paper TABLE]``.
 
-Reads every run under the directories (``metrics.json``, ``metrics_history.jsonl`` and ``.hydra/config.yaml``),
-takes each run's evaluation by the per-run rule (the final one by default; ``--select-checkpoint best-infom``: the
-best InfoM among the evaluations above the PSNR threshold, Tripod §10.3), groups runs by model, dataset and the
-hyperparameters that vary apart from the seed, aggregates each metric over seeds (mean ± 95% CI with Student's t
-by default; median with quartiles or mean ± standard error by option), applies a paper's selection rule if asked,
-averages over datasets when there are several (the papers' "aggregated" column: the mean of the per-dataset
-means), prints the tables (best per column in bold) and draws a figure. Runs that failed or have no
-``metrics.json`` are listed with their error line. A sweep file's ``# Report:`` header line sets the rule of its
-directories unless a flag says otherwise.
+Reads every run under the directories (``metrics.json``, ``metrics_history.jsonl`` and
+``.hydra/config.yaml``), takes each run's evaluation by the per-run rule (the final one by default;
+``--select-checkpoint best-infom``: the best InfoM among the evaluations above the PSNR threshold, Tripod
+paper §4), groups runs by model, dataset and the hyperparameters that vary apart from the seed, aggregates
+each metric over seeds (mean ± 95% CI with Student's t by default; median with quartiles or mean ± standard
+error by option), applies a paper's selection rule if asked, averages over datasets when there are several
+(the papers' "aggregated" column: the mean of the per-dataset means), prints the tables (best per column in
+bold) and draws a figure. Runs that failed or have no ``metrics.json`` are listed with their error line. A
+sweep file's ``# Report:`` header line sets the rule of its directories unless a flag says otherwise.
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Entry point: ``python -m disentangle.select DIR... [--rule delta_st|labels] [--criterion loss|elbo] [--out DIR]``.
 
-Measures the straight-through gap Δ_ST of every trained categorical-latent run under the directories (Friede et
-al.'s unsupervised model selection, categorical_vae.md §7), stores it in each run's ``metrics.json``, and prints
-per dataset the run with the smallest gap, its metrics beside the pool's medians (Table 1's "Selection" row) and
-the Spearman correlation of Δ_ST with each metric (Fig. 4 left). ``--rule labels`` selects semi-supervised runs
-by the MIG on their held-out labelled examples instead (§6). ``--out`` (default: the first DIR) receives
-``selection.md``, ``selection.json`` and ``selection.png``.
+Measures the straight-through gap Δ_ST of every trained categorical-latent run under the directories (Friede
+et al.'s unsupervised model selection, their §3.4 and §6.3), stores it in each run's ``metrics.json``, and
+prints per dataset the run with the smallest gap, its metrics beside the pool's medians (Table 1's "Selection"
+row) and the Spearman correlation of Δ_ST with each metric (Fig. 4 left). ``--rule labels`` selects
+semi-supervised runs by the MIG on their held-out labelled examples instead (Friede et al. §6.4). ``--out``
+(default: the first DIR) receives ``selection.md``, ``selection.json`` and ``selection.png``.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Evaluation callback: every N steps and at the end of training, encode the fixed evaluation subset and compute
-the chosen metrics (InfoMEC and DCI by default, spec qlae.md §8; any metric of
+the chosen metrics (InfoMEC and DCI by default, QLAE paper §4, App. C.5; any metric of
 :data:`disentangle.metrics.suite.REGISTRY`) and reconstruction PSNR/MSE; at the end write ``metrics.json`` and
 figures.
 
@@ -64,7 +64,7 @@ class DisentanglementEvaluation(pl.Callback):
             logger takes images (W&B), so that its media panels step through training
         figures: write the NMI and DCI-importance heatmaps, the intervention grid and the reconstruction
             grid at the end (the last two only for a model with a decoder); the latent scatter
-            (``latent_scatter.png``, spec categorical_vae.md §16) when the representation is 2-D or the rotation
+            (``latent_scatter.png``, Friede et al. Fig. 3) when the representation is 2-D or the rotation
             angle was computed; when MCC was computed, true vs recovered factors (``factor_recovery.png``, Cliff
             paper Fig. 1); for a model that generates (the GANs), ``samples.png``.
         n_interventions: interpolation points per latent in the intervention grid.

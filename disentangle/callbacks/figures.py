@@ -4,13 +4,14 @@ a reconstruction grid, latent scatters, factor recovery and a generative model's
 Functions of numpy arrays and a path only (no model, no callback, nothing of the package): the evaluation's outputs
 (:mod:`.outputs`) draw them, and anything above the callbacks (reports, scripts) can too.
 
-NMI heatmap: sources as rows, latents as columns, inactive latents' labels in red (QLAE paper Fig. 3 / App. D;
-spec qlae.md §9.2). DCI importance heatmap: the importance matrix R (latents x factors) of nonlinear DCI (spec
-§8.6). Intervention grid: one encoded image, each latent swept over its range on the evaluation set while the
-others stay fixed, decoded without re-quantizing (spec §9.1). Reconstruction grid: evaluation images on the
-top row, their reconstructions (spec §8.7) below. Latent scatter: two latent dimensions, one panel per factor, points
-coloured by the true factor value (Friede et al.'s Circles latent spaces, categorical_vae.md §16).
-Factor recovery: true factors and the latents MCC matched to them, jointly and pair by pair (Cliff paper Fig. 1).
+NMI heatmap: sources as rows, latents as columns, inactive latents' labels in red (QLAE paper Fig. 3 /
+App. D). DCI importance heatmap: the importance matrix R (latents x factors) of nonlinear DCI (QLAE paper
+App. C.5). Intervention grid: one encoded image, each latent swept over its range on the evaluation set while
+the others stay fixed, decoded without re-quantizing (QLAE paper §5, Fig. 4). Reconstruction grid: evaluation
+images on the top row, their reconstructions below. Latent scatter: two latent dimensions, one panel per
+factor, points coloured by the true factor value (Friede et al.'s Circles latent spaces, Fig. 3, Figs. 10/11).
+Factor recovery: true factors and the latents MCC matched to them, jointly and pair by pair (Cliff paper
+Fig. 1).
 
 Every function draws with matplotlib's object API (``Figure`` + the Agg canvas), never ``pyplot``: there is no
 global figure state, so the figures can be rendered in the evaluation callback's worker thread while training
@@ -65,7 +66,8 @@ def nmi_heatmap(nmi: np.ndarray, active: np.ndarray, factor_names: Sequence[str]
 
 def dci_importance_heatmap(importance: np.ndarray, factor_names: Sequence[str], path: str | Path) -> Path:
     """Annotated heatmap of the DCI importance matrix R (n_latents x n_factors; each factor's column sums to
-    1, spec qlae.md §8.6), latents as rows and factors as columns, saved to ``path``; returns the path."""
+    1: forest importances, QLAE paper App. C.5), latents as rows and factors as columns, saved to ``path``;
+    returns the path."""
     importance = np.asarray(importance)
     n_z, n_s = importance.shape
     fig = _figure(0.6 * n_s + 2.5, 0.4 * n_z + 1.8)
@@ -138,7 +140,7 @@ def latent_scatter(latents: np.ndarray, factors: np.ndarray, factor_names: Seque
                    dims: Sequence[int] = (0, 1), title: str = "", directions: np.ndarray | None = None) -> Path:
     """Scatter of latent dims ``dims`` (two of them) of the evaluation set, one panel per factor (at most
     :data:`MAX_SCATTER_PANELS`) with the points coloured by that factor's true value: Friede et al.'s Circles
-    latent-space figures (Fig. 3, Figs. 10/11; categorical_vae.md §16). ``directions`` (n_latents, n_factors), e.g.
+    latent-space figures (Fig. 3, Figs. 10/11). ``directions`` (n_latents, n_factors), e.g.
     the unit regression directions of :func:`disentangle.metrics.rotation`, are drawn as an arrow from the latent mean
     in each factor's panel. ``title`` goes above the panels. Saved to ``path``; returns the path."""
     latents, factors = np.asarray(latents, dtype=np.float64), np.asarray(factors)
@@ -174,7 +176,7 @@ def latent_scatter(latents: np.ndarray, factors: np.ndarray, factor_names: Seque
 
 def factor_recovery_scatter(latents: np.ndarray, factors: np.ndarray, factor_names: Sequence[str],
                             path: str | Path, *, matching: np.ndarray | None = None, title: str = "") -> Path:
-    """True vs recovered factors (Cliff paper Fig. 1; spec cliff.md §10.1): with at least two matched pairs, the
+    """True vs recovered factors (Cliff paper §3.1, Fig. 1): with at least two matched pairs, the
     true factors of the first two pairs against each other ("true z") and their matched latents against each other
     ("recovered z'", the grid should come back axis-aligned); then one panel per matched pair (at most
     :data:`MAX_SCATTER_PANELS`), the true factor (min-max scaled to [0, 1]) against its latent. ``matching``

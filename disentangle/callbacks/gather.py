@@ -88,10 +88,10 @@ def encode_subset(model: EvaluableModel, datamodule, settings: GatherSettings, r
 @torch.no_grad()
 def decode_interventions(model: EvaluableModel, datamodule, z: np.ndarray, n_interventions: int) -> np.ndarray:
     """Sweep each latent over its [min, max] on the evaluation set from the model's ``intervention_base`` (the
-    first evaluation image's representation, spec qlae.md §9.1; a GAN's prior draw); a categorical representation
-    (VQ, QVAE code indices) steps through the codes it uses on the evaluation set instead, since labels in between
-    mean nothing, in the model's ``order_codes`` (scalar codebooks: by value). (n_interventions, n_z, C, H, W) in
-    [0, 1]."""
+    first evaluation image's representation, as in QLAE paper Fig. 4; a GAN's prior draw); a categorical
+    representation (VQ, QVAE code indices) steps through the codes it uses on the evaluation set instead,
+    since labels in between mean nothing, in the model's ``order_codes`` (scalar codebooks: by value).
+    (n_interventions, n_z, C, H, W) in [0, 1]."""
     images, _ = datamodule.gather(datamodule.eval_indices()[:1].to(model.device))
     base = model.intervention_base(images)
     steps = np.linspace(0.0, 1.0, n_interventions)

@@ -129,7 +129,7 @@ def draw_figures(job: EvaluationJob, out: Mapping, output_dir: Path) -> dict[str
 
 
 def _latent_scatter(job: EvaluationJob, out: Mapping, path: Path) -> Path:
-    """The Circles latent-space figure (spec categorical_vae.md §16): two latent dims coloured by each true factor,
+    """The Circles latent-space figure (Friede et al. Fig. 3): two latent dims coloured by each true factor,
     titled with the model and, when computed, the rotation angle. With more than 2 latents it shows the two with the
     largest regression directions (rotation computed) or the largest variances."""
     directions = out.get("rotation_directions")

@@ -4,7 +4,7 @@ A dataset is a set of N images with integer factor classes. The training loader 
 indices* (no per-sample Python); ``on_after_batch_transfer`` turns them into (images, factors) on the
 device the batch landed on, so procedural data is rendered there and stored data is gathered there.
 Training uses the whole dataset; evaluation uses a fixed subset chosen by ``eval_seed`` (papers'
-protocol: Locatello et al. 2019, spec qlae.md §7.7).
+protocol: QLAE paper §5, after Locatello et al. 2019).
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class IndexStream(IterableDataset):
 class UniformFactorStream(IterableDataset):
     """Endless stream of index batches whose factor vectors are i.i.d. uniform: each factor drawn uniformly over its
     values, with replacement, then one of the images with those factors (uniformly, if a nuisance such as an object
-    instance repeats them). Friede et al.'s and disentanglement_lib's training distribution (categorical_vae.md §11).
+    instance repeats them). Friede et al.'s (App. 6) and disentanglement_lib's training distribution.
 
     ``factors``: the (N, n_factors) class table of the dataset; every combination of factor values must occur."""
 

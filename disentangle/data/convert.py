@@ -9,7 +9,7 @@ complete; a failure removes the partial file.
 
 :func:`derive_resolution` makes another resolution's cache ``<cache stem>_<R>px.h5`` from a complete 64-px cache in
 the same way (once, atomically), resampling with antialiased bicubic interpolation, as the first conversion does
-for Falcor3D and Isaac3D (qlae.md §7.4).
+for Falcor3D and Isaac3D (as the QLAE authors' code does).
 """
 from __future__ import annotations
 

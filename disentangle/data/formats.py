@@ -1,4 +1,4 @@
-"""Readers of the official raw dataset files (qlae.md §7.2-7.6, tripod.md §7, categorical_vae.md §11).
+"""Readers of the official raw dataset files (QLAE paper App. C.1, Tripod App. B.1, Friede et al. App. 6).
 
 ``read_raw`` checks the structure of a raw file or folder, reads its factors as int64 class indices in the
 order of ``conf/data/<name>.yaml`` and streams its images as uint8 (b, C, 64, 64) chunks in index order, so
@@ -100,7 +100,7 @@ OFFICIAL: dict[str, Official] = {
         factor_sizes={None: (3, 8, 5, 4, 4, 4, 6, 4, 4)},
         archive="Isaac3D_down128.zip",
     ),
-    # Reed et al. 2015's car renderings as disentanglement_lib reads them (categorical_vae.md §11): the folder
+    # Reed et al. 2015's car renderings as disentanglement_lib reads them (Friede et al. App. 6): the folder
     # cars/ of the analogy-data archive (data/cars/ inside it), one car_*_mesh.mat per object type
     "cars3d": Official(
         files={None: "cars"},
@@ -109,7 +109,7 @@ OFFICIAL: dict[str, Official] = {
         archive="nips2015-analogy-data.tar.gz",
         extracted=("data/cars",),
     ),
-    # NYU's small NORB v1.0 (categorical_vae.md §11): training and testing sets concatenated, as in
+    # NYU's small NORB v1.0 (Friede et al. App. 6): training and testing sets concatenated, as in
     # disentanglement_lib; the object instance is a nuisance, not a factor
     "smallnorb": Official(
         files={None: "smallnorb-5x46789x9x18x6x2x96x96-training-dat.mat"},
@@ -409,9 +409,9 @@ def _read_mpi3d(name: str, path: Path, expected: tuple[int, ...]) -> RawData:
 def downsample(images: np.ndarray, size: int = RESOLUTION, mode: str = "bicubic") -> np.ndarray:
     """uint8 (b, C, H, W) -> uint8 (b, C, size, size), rounded and clamped.
 
-    ``bicubic``: antialiased bicubic (Falcor3D/Isaac3D, qlae.md §7.4); ``box``: exact area averaging, every
-    output pixel the mean of the input area it covers, weighted by overlap (Cars3D 128 -> 64 = 2x2 means,
-    SmallNORB 96 -> 64)."""
+    ``bicubic``: antialiased bicubic (Falcor3D/Isaac3D, as in the QLAE authors' code); ``box``: exact area
+    averaging, every output pixel the mean of the input area it covers, weighted by overlap (Cars3D
+    128 -> 64 = 2x2 means, SmallNORB 96 -> 64)."""
     import torch
     import torch.nn.functional as F
 
@@ -583,7 +583,7 @@ def _mat_errors() -> tuple[type[BaseException], ...]:
 def _car_mesh(source, where: str) -> np.ndarray:
     """The renderings of one car, from its ``car_*_mesh.mat`` (a path or the file's bytes): the MATLAB
     variable ``im``, uint8 (128, 128, 3, azimuth, elevation) as disentanglement_lib's Cars3D reader expects it
-    (categorical_vae.md §11), returned as uint8 (elevation, azimuth, 3, 64, 64), box-downsampled to 64 px."""
+    (Friede et al. App. 6), returned as uint8 (elevation, azimuth, 3, 64, 64), box-downsampled to 64 px."""
     from scipy.io import loadmat
 
     try:
@@ -641,7 +641,7 @@ def _iter_car_sources(path: Path) -> Iterator[tuple[str, object, str]]:
 
 
 def _read_cars3d(name: str, path: Path, expected: tuple[int, ...], progress: bool = False) -> RawData:
-    """Cars3D (Reed et al. 2015, via disentanglement_lib; categorical_vae.md §11) from the folder ``cars/`` of
+    """Cars3D (Reed et al. 2015, via disentanglement_lib; Friede et al. App. 6) from the folder ``cars/`` of
     ``car_*_mesh.mat`` files or from ``nips2015-analogy-data.tar.gz`` itself. Object type = rank of the file
     name; elevation and azimuth = the last two axes of ``im``. Cache order: C order over (elevation, azimuth,
     object_type). All meshes are decoded up front (17,568 64-px images, 216 MB), then streamed."""
@@ -692,7 +692,7 @@ def _norb_open(path: Path):
 
 
 class _NorbMatrix:
-    """One file of NYU's small NORB binary matrix format (categorical_vae.md §11; the format of the NORB
+    """One file of NYU's small NORB binary matrix format (Friede et al. App. 6; the format of the NORB
     dataset page): little-endian int32 magic number giving the element type (0x1E3D4C55 uint8,
     0x1E3D4C54 int32), int32 ndim, max(3, ndim) int32 dimensions (only the first ndim count), then the
     elements in C order. Read plain or gzipped (``.mat.gz``, as distributed), checked against
@@ -761,7 +761,7 @@ def _norb_magic(dtype: np.dtype) -> int:
 
 
 def _read_smallnorb(name: str, path: Path, expected: tuple[int, ...]) -> RawData:
-    """SmallNORB (LeCun et al. 2004, via disentanglement_lib; categorical_vae.md §11) from the six official
+    """SmallNORB (LeCun et al. 2004, via disentanglement_lib; Friede et al. App. 6) from the six official
     files, plain or gzipped, in the folder of ``path``: per split (training, then testing, concatenated as
     disentanglement_lib does) ``dat`` uint8 (N, 2, 96, 96) stereo pairs, of which the first (left) camera
     image is used, ``cat`` int32 (N,) category, ``info`` int32 (N, 4) instance, elevation, azimuth (0, 2, ..,

@@ -10,7 +10,8 @@ there; ``on_device="auto"`` (the default) does so on a CUDA device when the arra
 Nuisance variables (SmallNORB's object instance; an optional ``nuisance`` array in the cache) are not factors:
 several images share a factor vector, and :meth:`PreparedDataModule.indices_for_factors` picks one of them.
 ``colour="random_multipliers"`` turns a binary grey-scale dataset into disentanglement_lib's colour dSprites
-(categorical_vae.md §11): each image's mask times a per-image RGB multiplier, every channel ~ U(0.5, 1).
+(Friede et al. App. 6; as in their code): each image's mask times a per-image RGB multiplier, every channel
+~ U(0.5, 1).
 """
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""Data with axis-aligned density discontinuities for Cliff (spec cliff.md §5.1, §5.2, §4.1, §2.1).
+"""Data with axis-aligned density discontinuities for Cliff (Cliff paper §3.1, App. E, F.2, F.3, G.1).
 
-**The grid density** (Barin-Pacela et al. 2024's ``ManhattanUniform``, spec §5.1): a piecewise-uniform density on an
-axis-aligned grid of cells. Along axis i there are ``grid_dims[i]`` cells; its ``grid_dims[i] + 1`` separators start
-at ``corner`` and are spaced by i.i.d. U(min_spacing, max_spacing) gaps (the two outer ones are the support's edges).
+**The grid density** (Barin-Pacela et al. 2024's ``ManhattanUniform``, ``testdistr.py`` of their code,
+``facebookresearch/quantized_identifiability``, which Cliff paper §3.1 reuses): a piecewise-uniform density on
+an axis-aligned grid of cells. Along axis i there are ``grid_dims[i]`` cells; its ``grid_dims[i] + 1``
+separators start at ``corner`` and are spaced by i.i.d. U(min_spacing, max_spacing) gaps (the two outer ones
+are the support's edges).
 Each cell has a probability (``priors``: ``"random"`` = softmax of standard normals, the generator's default;
 ``"diagonal"`` = the 2024 "factorized support" builder, which favours the diagonal cells; ``"uniform"``) and is
 uniform inside. The factors are thus dependent, but every discontinuity of the density lies on an axis-aligned
@@ -10,15 +12,16 @@ hyperplane through a separator: exactly the assumption of the identifiability th
 :func:`make_grid_density` draws one (separators, then priors, from one seeded generator);
 :func:`grid_density_sample` samples it.
 
-**The nonlinear mixing** (paper G.1, spec §4.1): ``x = B tanh(A (0.5 u))`` with tanh elementwise, where u is z mapped
-affinely from the support box onto ``[-input_range, input_range]`` per axis (``input_range=None``: u = z, the
-formula as printed). The paper states neither A, B nor the scaling [DECIDE, spec §12 item 10]: A and B are square
-matrices with i.i.d. U(-1/sqrt(d), 1/sqrt(d)) entries (the distribution of a bias-free ``nn.Linear(d, d)``'s default
-initialisation, which the 2024 code uses for its linear mixing), drawn from a generator seeded by ``mix_seed`` (A
-first, then B), each redrawn until its 2-norm condition number is at most ``max_condition`` (a near-singular draw
-would make the map numerically non-injective). Rescaling z first keeps tanh out of saturation: the raw z of the
-2024 generator reaches ~10, where tanh(A(0.5 z)) is flat to float32 precision. With the default ``input_range=3``
-the argument of tanh stays within ±2.1 (|u| <= 3, entries <= 1/sqrt(2)): a visibly bent but well-conditioned warp.
+**The nonlinear mixing** (Cliff paper App. G.1): ``x = B tanh(A (0.5 u))`` with tanh elementwise, where u is z
+mapped affinely from the support box onto ``[-input_range, input_range]`` per axis (``input_range=None``:
+u = z, the formula as printed). The paper states neither A, B nor the scaling, so these are our choice: A and
+B are square matrices with i.i.d. U(-1/sqrt(d), 1/sqrt(d)) entries (the distribution of a bias-free
+``nn.Linear(d, d)``'s default initialisation, which the 2024 code uses for its linear mixing), drawn from a
+generator seeded by ``mix_seed`` (A first, then B), each redrawn until its 2-norm condition number is at most
+``max_condition`` (a near-singular draw would make the map numerically non-injective). Rescaling z first keeps
+tanh out of saturation: the raw z of the 2024 generator reaches ~10, where tanh(A(0.5 z)) is flat to float32
+precision. With the default ``input_range=3`` the argument of tanh stays within ±2.1 (|u| <= 3,
+entries <= 1/sqrt(2)): a visibly bent but well-conditioned warp.
 
 **Factors for the metrics.** The true z are continuous; the evaluation pipeline stores factors as int64
 (:class:`~disentangle.metrics.accumulate.LatentFactorAccumulator`), so the data modules hand out z in fixed point:
@@ -71,7 +74,7 @@ def _finite(name: str, value: object) -> float:
 
 @dataclass(frozen=True)
 class GridDensity:
-    """A piecewise-uniform density on an axis-aligned grid (spec cliff.md §5.1).
+    """A piecewise-uniform density on an axis-aligned grid (Barin-Pacela et al. 2024; Cliff paper §3.1).
 
     ``separators[i]``: float64 (grid_dims[i] + 1,) increasing positions along axis i (outer two = support edges).
     ``priors``: float64 (prod(grid_dims),) cell probabilities; flat cell k has coordinates
@@ -126,7 +129,7 @@ class GridDensity:
 def make_grid_density(grid_dims: Sequence[int], *, min_spacing: float = 0.3, max_spacing: float = 2.5,
                       corner: float = 0.0, priors: str = "random",
                       generator: torch.Generator | None = None) -> GridDensity:
-    """Draw a grid density (spec cliff.md §5.1 steps 1-3; defaults = the 2024 generator's).
+    """Draw a grid density (the 2024 generator's procedure and defaults).
 
     Separators: along each axis in turn, ``corner`` then cumulative U(min_spacing, max_spacing) gaps. Priors:
     ``"random"`` softmax(randn(n_cells)); ``"diagonal"`` (square grids only) the 2024 "factorized support"
@@ -162,8 +165,8 @@ def make_grid_density(grid_dims: Sequence[int], *, min_spacing: float = 0.3, max
 
 
 def grid_density_sample(n: int, density: GridDensity, *, generator: torch.Generator | None = None) -> torch.Tensor:
-    """n i.i.d. draws of ``density`` (spec cliff.md §5.1 step 4): a cell from the priors, then a uniform point in
-    it. A pure function of (n, density, generator state); returns float64 (n, d)."""
+    """n i.i.d. draws of ``density`` (as the 2024 generator samples): a cell from the priors, then a uniform
+    point in it. A pure function of (n, density, generator state); returns float64 (n, d)."""
     n = _positive_int("n", n)
     if not isinstance(density, GridDensity):
         raise ValueError(f"density must be a GridDensity (got {type(density).__name__})")  # noqa: TRY004
@@ -179,9 +182,9 @@ def grid_density_sample(n: int, density: GridDensity, *, generator: torch.Genera
 
 def mixing_matrices(dim: int, *, seed: int, max_condition: float = 10.0,
                     max_draws: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, B) of the mixing ``x = B tanh(A (0.5 u))`` (paper G.1; [DECIDE] draw, see the module doc): float64 (d, d)
-    with i.i.d. U(-1/sqrt(d), 1/sqrt(d)) entries from a generator seeded by ``seed``, A first, each redrawn until
-    its condition number is <= ``max_condition``."""
+    """(A, B) of the mixing ``x = B tanh(A (0.5 u))`` (Cliff paper App. G.1; our draw, see the module doc):
+    float64 (d, d) with i.i.d. U(-1/sqrt(d), 1/sqrt(d)) entries from a generator seeded by ``seed``, A first,
+    each redrawn until its condition number is <= ``max_condition``."""
     dim = _positive_int("dim", dim)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"seed must be an integer (got {seed!r})")  # noqa: TRY004 (one error type)
@@ -204,9 +207,9 @@ def mixing_matrices(dim: int, *, seed: int, max_condition: float = 10.0,
 
 def mix(z: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, low: torch.Tensor | None = None,
         high: torch.Tensor | None = None, input_range: float | None = 3.0) -> torch.Tensor:
-    """The ground-truth decoder ``x = B tanh(A (0.5 u))`` (paper G.1, spec §4.1) of (n, d) z, computed in z's dtype.
-    u = z mapped affinely from the box [low, high] onto [-input_range, input_range] per axis; ``input_range=None``
-    uses u = z (the printed formula)."""
+    """The ground-truth decoder ``x = B tanh(A (0.5 u))`` (Cliff paper App. G.1) of (n, d) z, computed in z's
+    dtype. u = z mapped affinely from the box [low, high] onto [-input_range, input_range] per axis;
+    ``input_range=None`` uses u = z (the printed formula)."""
     if z.dim() != 2 or a.shape != (z.shape[1], z.shape[1]) or b.shape[1] != z.shape[1]:
         raise ValueError(f"z must be (n, d) with A (d, d) and B (D, d); got {tuple(z.shape)}, {tuple(a.shape)}, "
                          f"{tuple(b.shape)}")
@@ -227,7 +230,7 @@ def _check_name(given: object, expected: str) -> None:
 
 
 class Cliff2dDataModule(FactorDataModule):
-    """Cliff's synthetic experiment (paper §3.1, F.2; spec cliff.md §5.1): ``num_samples`` draws z of a grid
+    """Cliff's synthetic experiment (Cliff paper §3.1, App. F.2): ``num_samples`` draws z of a grid
     density, observed through the nonlinear mixing x = B tanh(A(0.5 u)) (module doc). Full-batch training
     (``batch_size = num_samples``) is the paper's protocol.
 
@@ -301,21 +304,22 @@ COUPLINGS = ("independent", "joint")
 
 
 class BallsDataModule(FactorDataModule):
-    """Cliff's balls data (paper App. E, F.3; spec cliff.md §5.2): images of two balls whose coordinates
+    """Cliff's balls data (Cliff paper App. E, F.3): images of two balls whose coordinates
     z = (x1, y1, x2, y2) follow the grid density, rendered on the device by :mod:`.procedural.balls`.
 
     Coordinates: ``coupling="independent"`` draws each ball's (x, y) i.i.d. from one 2-D grid density with
-    ``grid_dims`` cells (the paper: "the same distribution as the latent factors of the synthetic data", with 4
-    discontinuities in x and 3 in y per ball); ``"joint"`` draws all four from one 4-D grid density with cells
-    ``grid_dims * 2`` (ball 2's position then depends on ball 1's). [DECIDE] ``grid_dims=[5, 4]`` counts only the
-    interior separators as the 4 / 3 discontinuities ([3, 2] if the support edges count; spec §5.2). The density's
-    support box is mapped affinely onto ``position_range`` (Lachapelle et al.'s [0.1, 0.9]) per axis.
+    ``grid_dims`` cells (the paper: "the same distribution as the latent factors of the synthetic data", with
+    4 discontinuities in x and 3 in y per ball); ``"joint"`` draws all four from one 4-D grid density with
+    cells ``grid_dims * 2`` (ball 2's position then depends on ball 1's). Our choice: ``grid_dims=[5, 4]``
+    counts only the interior separators as the 4 / 3 discontinuities ([3, 2] if the support edges count; the
+    paper does not say). The density's support box is mapped affinely onto ``position_range`` (Lachapelle et
+    al.'s [0.1, 0.9]) per axis.
 
-    Differences from the image data contract: factors are the continuous coordinates in fixed point (int64 indices on
-    a :data:`FACTOR_LEVELS` lattice over each axis' support, ``factor_sizes`` = that lattice; use MCC); the data set
-    is a fixed sample (``sampling`` must be ``"epochs"``); with ``held_out`` (default, spec §5.2's recommendation)
-    the evaluation set is ``eval_size`` further draws that training never sees (indices ``num_samples`` onwards),
-    else a subset of the training set.
+    Differences from the image data contract: factors are the continuous coordinates in fixed point (int64
+    indices on a :data:`FACTOR_LEVELS` lattice over each axis' support, ``factor_sizes`` = that lattice; use
+    MCC); the data set is a fixed sample (``sampling`` must be ``"epochs"``); with ``held_out`` (default; our
+    choice, the paper names no split) the evaluation set is ``eval_size`` further draws that training never
+    sees (indices ``num_samples`` onwards), else a subset of the training set.
 
     Args:
         num_samples: training set size (F.3: 20000). name: must be "balls". resolution: image size (64).

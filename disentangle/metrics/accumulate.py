@@ -1,10 +1,11 @@
 """Accumulate the evaluation set across batches and distributed ranks with torchmetrics.
 
-The disentanglement metrics of spec ``shared/specs/qlae.md`` §8 (InfoMEC §8.2-8.5, nonlinear DCI §8.6) are not
-averages of per-batch values: they need the whole (latents, factors) matrix of the evaluation subset (§7.7) at
-once. :class:`LatentFactorAccumulator` collects that matrix batch by batch in torchmetrics list states that
-are concatenated across ranks (``dist_reduce_fx="cat"``); :class:`DisentanglementMetric` then runs the
-array metrics (:mod:`disentangle.metrics.suite`) on the gathered arrays.
+The disentanglement metrics (InfoMEC, QLAE paper §4; nonlinear DCI, its App. C.5) are not averages of
+per-batch values: they need the whole (latents, factors) matrix of the evaluation subset (the paper's §5:
+10,000 i.i.d. samples) at once. :class:`LatentFactorAccumulator` collects that matrix batch by batch in
+torchmetrics list states that are concatenated across ranks (``dist_reduce_fx="cat"``);
+:class:`DisentanglementMetric` then runs the array metrics (:mod:`disentangle.metrics.suite`) on the gathered
+arrays.
 
 Exactness across process counts: under DDP each rank encodes a disjoint shard of the evaluation subset and the
 all-gather returns the rows in rank order, not in evaluation-set order. Every row therefore carries its
@@ -34,9 +35,9 @@ _OPTIONAL = ("psnr", "mse")  # per-image reconstruction quality, passed on every
 
 
 class LatentFactorAccumulator(Metric):
-    """Collects latents z (B, n_z) (spec qlae.md §8.1), integer factors s (B, n_s), every row's position in
-    the evaluation subset (§7.7) and, optionally, per-image reconstruction PSNR (§8.7) and MSE, over batches
-    and DDP ranks.
+    """Collects latents z (B, n_z) (what the QLAE authors' code evaluates), integer factors s (B, n_s), every
+    row's position in the evaluation subset and, optionally, per-image reconstruction PSNR (QLAE paper App. E)
+    and MSE, over batches and DDP ranks.
 
     ``compute()`` returns numpy arrays ``{"latents", "factors", "index", "psnr", "mse"}`` sorted by ``index``
     (``psnr``/``mse`` are None when no update passed them), identical whatever the number of processes that
@@ -133,8 +134,8 @@ def disentanglement_metrics(
     mse: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The array metrics among ``metrics`` (:func:`disentangle.metrics.suite.array_metrics`: InfoMEC and DCI by
-    default, spec qlae.md §8.2-8.6) of ``latents`` with respect to ``factors``, plus the mean per-image PSNR and
-    MSE (§8.7; factorqvae.md §8.5) when given.
+    default: QLAE paper §4 and App. C.5) of ``latents`` with respect to ``factors``, plus the mean per-image
+    PSNR (QLAE paper App. E) and MSE (FactorQVAE paper Table 1) when given.
 
     A plain function of numpy arrays (no torch, no model), so it can run in a worker thread or process.
     ``options[name]`` are that metric's keyword arguments. Returns the flattened results: floats (``infom``,
@@ -149,12 +150,12 @@ def disentanglement_metrics(
 
 
 class DisentanglementMetric(LatentFactorAccumulator):
-    """torchmetrics wrapper of the array metrics (spec qlae.md §8): accumulate like
+    """torchmetrics wrapper of the array metrics (QLAE paper §4, App. C.5): accumulate like
     :class:`LatentFactorAccumulator`; ``compute()`` gathers every rank's rows, sorts them by evaluation-set
     position and returns :func:`disentanglement_metrics` of them.
 
     Args:
-        discrete_latents: whether z is discrete (QLAE, VQ-VAE; spec §8.1).
+        discrete_latents: whether z is discrete (QLAE, VQ-VAE; as in the authors' code).
         metrics: names of array metrics (:data:`disentangle.metrics.suite.ARRAY_METRICS`).
         options: ``{name: keyword options}`` of those metrics.
         metric_fn: replacement for :func:`disentanglement_metrics` (same signature).

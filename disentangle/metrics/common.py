@@ -114,7 +114,9 @@ def label_encode(column: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def label_encode_columns(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Label-encode every column of a 2-D array (spec §8.1); returns (codes (n, d), cardinalities (d,))."""
+    """Label-encode every column of a 2-D array (as the QLAE authors' code does).
+
+    Returns (codes (n, d), cardinalities (d,))."""
     encoded = [label_encode(x[:, j]) for j in range(x.shape[1])]
     codes = np.stack([c for c, _ in encoded], axis=1) if encoded else np.zeros((x.shape[0], 0), np.int64)
     return codes, np.array([k for _, k in encoded], dtype=np.int64)

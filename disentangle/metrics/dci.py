@@ -1,10 +1,10 @@
 """Nonlinear DCI (disentanglement, completeness, informativeness) from tree-ensemble importances.
 
-Eastwood & Williams 2018, "A Framework for the Quantitative Evaluation of Disentangled Representations". Default:
-the random-forest, depth-tuned variant of Hsu et al. 2023 App. C.5 (spec ``shared/specs/qlae.md`` §8.6, §12 row 21:
-depth grid tuned per source, I = mean test accuracy). By option, the gradient-boosted-trees variant of FactorQVAE
-(spec ``factorqvae.md`` §8.3) and the importance-weighted completeness of the Tripod/FactorQVAE code
-(``tripod.md`` §10.2, ``factorqvae.md`` §8.3).
+Eastwood & Williams 2018, "A Framework for the Quantitative Evaluation of Disentangled Representations".
+Default: the random-forest, depth-tuned variant of Hsu et al. 2023 App. C.5 (depth tuned per source over a
+grid of our choice, the paper gives none; I = mean held-out accuracy). By option, the gradient-boosted-trees
+variant of the FactorQVAE authors' code (``ituvisionlab/FactorQVAE``) and the importance-weighted completeness
+of FactorQVAE paper §3.3.1 (also the Tripod authors' code).
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ def dci_from_importance(importance: np.ndarray, completeness: str = "mean") -> t
     """(D, C) from an importance matrix R of shape (n_latents, n_sources) (Eastwood & Williams 2018 §3).
 
     D = Σ_j ρ_j (1 − H_{n_s}(R_j· / Σ R_j·)), ρ_j = Σ_i R_ji / Σ R. C per source i is 1 − H_{n_z}(R_·i / Σ R_·i);
-    ``completeness="mean"`` averages it over sources (Eastwood & Williams, spec qlae.md §8.6), ``"weighted"``
-    weights source i by Σ_j R_ji / Σ R (the Tripod and FactorQVAE code, tripod.md §10.2, factorqvae.md §8.3; equal
-    to the mean when every column sums to 1, as forest importances do).
+    ``completeness="mean"`` averages it over sources (Eastwood & Williams), ``"weighted"`` weights source i by
+    Σ_j R_ji / Σ R (FactorQVAE paper §3.3.1 and the Tripod authors' code; equal to the mean when every column
+    sums to 1, as forest importances do).
     Entropy with base 1 is undefined, so: n_sources == 1 ⇒ D = 1 (each latent can only inform that one source);
     n_latents == 1 ⇒ C = 1 (each source is captured by that one latent). All-zero R ⇒ D = 0.
     """
@@ -218,7 +218,7 @@ def dci(
 ) -> dict[str, Any]:
     """Nonlinear DCI with one tree-ensemble classifier per source (Eastwood & Williams 2018).
 
-    ``predictor="forest"`` (default; Hsu et al. 2023 App. C.5, spec qlae.md §8.6, §12 row 21): latents are
+    ``predictor="forest"`` (default; Hsu et al. 2023 App. C.5; the depth grid is our choice): latents are
     standardised, split train/test (``test_size``, ``random_state=seed``), and per source a
     ``RandomForestClassifier(n_estimators, criterion='entropy', random_state=seed)`` is fit. ``max_depth=None``
     tunes the depth over ``depth_grid`` per source by held-out accuracy (ties → lower held-out log-loss → earlier
@@ -227,7 +227,7 @@ def dci(
     forest per depth (the straightforward procedure; same distribution, ~5× the work).
 
     ``predictor="gbt"``: sklearn's ``GradientBoostingClassifier()`` with default settings (FactorQVAE's code,
-    spec factorqvae.md §8.3; ``max_depth`` and the grid do not apply). ``completeness``: see
+    ``ituvisionlab/FactorQVAE``; ``max_depth`` and the grid do not apply). ``completeness``: see
     :func:`dci_from_importance`. No active-latent pruning. Sources and latents are rows of the same samples.
 
     Single-valued sources are skipped with a warning (zero importance column, excluded from D, C and I).

@@ -1,8 +1,8 @@
 """InfoMEC: information-based modularity (InfoM), explicitness (InfoE) and compactness (InfoC).
 
-Hsu et al. 2023, "Disentanglement via Latent Quantization", §4 (eqs. 7–9, 13–14); implementation details follow
-the project spec ``shared/specs/qlae.md`` §8.2–8.5 and §12 rows 7–10, 22, plus the authors' standalone-code
-variants in ``shared/specs/tripod.md`` §10.1 (IQR active rule, one-hot InfoE features).
+Hsu et al. 2023, "Disentanglement via Latent Quantization", §4.1–4.2 (eqs. 7–9, 13–14); details the
+paper leaves open follow the authors' code (``kylehkhsu/latent_quantization``), and the variants of their
+standalone metric code (``kylehkhsu/tripod``: IQR active rule, one-hot InfoE features) are options.
 
 Everything here is a pure function of arrays: numpy in, floats/arrays out (torch tensors are accepted and
 converted). Mutual information and entropies are in nats. The input, encoding and entropy helpers live in
@@ -57,8 +57,9 @@ __all__ = [
 ACTIVE_RULES = ("range", "iqr")
 INFOE_FEATURES = ("standardize", "onehot")
 
-# The authors' LogisticRegression setting (spec §12 row 10). It can stop before convergence on hard sources;
-# we keep it for fidelity and silence the warning by default. Flip either constant to change that globally.
+# The authors' LogisticRegression setting (their code; the paper says only "no regularization"). It can stop
+# before convergence on hard sources; we keep it for fidelity and silence the warning by default. Flip either
+# constant to change that globally.
 INFOE_MAX_ITER = 100
 SUPPRESS_CONVERGENCE_WARNINGS = True
 
@@ -78,7 +79,7 @@ def _auto_device(device: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# NMI matrix (spec §8.2, paper eq. 7)
+# NMI matrix (QLAE paper §4.1, eq. 7)
 # ----------------------------------------------------------------------------------------------------------------
 # Joint tables bigger than this many cells are built one source at a time instead of all at once.
 _MAX_JOINT_CELLS = 50_000_000
@@ -128,7 +129,7 @@ def nmi_matrix(
 ) -> np.ndarray:
     """Normalised mutual information NMI[i, j] = I(s_i; z_j) / H(s_i), shape (n_sources, n_latents).
 
-    Hsu et al. 2023 eq. 7; spec qlae.md §8.2. Discrete latents: label-encoded, plug-in MI of the contingency
+    Hsu et al. 2023 §4.1, eq. 7. Discrete latents: label-encoded, plug-in MI of the contingency
     table (all pairs at once; on ``device`` with torch if given). Continuous latents: the Ross (2014)
     discrete–continuous k-NN estimator (sklearn's ``mutual_info_classif``, k = ``ksg_k``, ``random_state=seed``)
     on per-column standardised latents, latent columns in parallel.
@@ -160,13 +161,13 @@ def nmi_matrix(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Active latents (spec §8.3; standalone-code IQR variant from tripod.md §10.1)
+# Active latents (QLAE paper §4.1; IQR variant from the authors' code, kylehkhsu/tripod)
 # ----------------------------------------------------------------------------------------------------------------
 def active_latents(latents: Any, *, discrete_latents: bool, active_rule: str = "range") -> np.ndarray:
     """Boolean mask (n_latents,) of active latents, computed on the raw latents.
 
-    ``"range"`` (paper, spec qlae.md §8.3): discrete ⇒ range_j > 0; continuous ⇒ range_j / max_j' range_j' > 1/20.
-    ``"iqr"`` (authors' standalone code, tripod.md §10.1): discrete ⇒ IQR_j > 0.1; continuous ⇒
+    ``"range"`` (QLAE paper §4.1): discrete ⇒ range_j > 0; continuous ⇒ range_j / max_j' range_j' > 1/20.
+    ``"iqr"`` (the authors' code, ``kylehkhsu/tripod``): discrete ⇒ IQR_j > 0.1; continuous ⇒
     IQR_j > max_j' IQR_j' / 10. If every latent is constant, none is active.
     """
     check_choice("active_rule", active_rule, ACTIVE_RULES)
@@ -186,7 +187,7 @@ def active_latents(latents: Any, *, discrete_latents: bool, active_rule: str = "
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# InfoM and InfoC (spec §8.4, paper eqs. 8–9)
+# InfoM and InfoC (QLAE paper §4.1, eqs. 8–9)
 # ----------------------------------------------------------------------------------------------------------------
 def _concentration(nmi: np.ndarray, axis: int) -> np.ndarray:
     """max / sum along ``axis`` for each slice whose sum is positive (zero-sum slices are dropped, not NaN)."""
@@ -198,7 +199,7 @@ def _concentration(nmi: np.ndarray, axis: int) -> np.ndarray:
 def infom_infoc(
     nmi: np.ndarray, active: np.ndarray, usable_sources: np.ndarray | None = None
 ) -> tuple[float, float]:
-    """InfoM and InfoC from an NMI matrix (Hsu et al. 2023 eqs. 8–9; spec qlae.md §8.4).
+    """InfoM and InfoC from an NMI matrix (Hsu et al. 2023 §4.1, eqs. 8–9).
 
     Only active latent columns (and usable, i.e. non-constant, source rows) enter. Choices for degenerate cases:
     - a latent column (for InfoM) or a source row (for InfoC) whose NMI sum is 0 is dropped from the mean
@@ -239,7 +240,7 @@ def infom_infoc(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# InfoE (spec §8.5, paper eqs. 13–14)
+# InfoE (QLAE paper §4.2, eqs. 10–14)
 # ----------------------------------------------------------------------------------------------------------------
 def _onehot(z: np.ndarray) -> np.ndarray:
     """Concatenated one-hot encodings of every column's unique values (the standalone-code InfoE features)."""
@@ -255,8 +256,8 @@ def _onehot(z: np.ndarray) -> np.ndarray:
 def _fit_log_loss(features: np.ndarray, y: np.ndarray) -> float:
     """In-sample, unweighted mean cross-entropy (nats) of an unregularised multinomial logistic regression.
 
-    Settings are the authors' (spec §8.5 / §12 row 10): lbfgs, max_iter=100, tol=1e-4, intercept,
-    class_weight='balanced'; the loss is scored without class weights.
+    Settings are the authors' code's (the paper, §4.2, says only "no regularization"): lbfgs, max_iter=100,
+    tol=1e-4, intercept, class_weight='balanced'; the loss is scored without class weights.
     """
     model = LogisticRegression(
         **unpenalised_logistic_kwargs(),
@@ -306,7 +307,7 @@ def _fit_log_loss_torch(features: np.ndarray, y: np.ndarray, device: Any) -> flo
 
 
 def _r2(features: np.ndarray, y: np.ndarray) -> float:
-    """In-sample R² of ordinary least squares with intercept (spec qlae.md §8.5, continuous sources)."""
+    """In-sample R² of least squares with intercept (QLAE paper §4.2: NMI_V = R² for continuous sources)."""
     design = np.column_stack([features, np.ones(y.size)])
     coef, *_ = np.linalg.lstsq(design, y, rcond=None)
     residual = ((y - design @ coef) ** 2).sum()
@@ -322,13 +323,13 @@ def infoe(
     continuous_sources: bool = False,
     device: Any = None,
 ) -> tuple[float, np.ndarray]:
-    """InfoE and the per-source NMI_V (Hsu et al. 2023 eqs. 13–14; spec qlae.md §8.5, §12 rows 9–10).
+    """InfoE and the per-source NMI_V (Hsu et al. 2023 §4.2, eqs. 13–14).
 
     For every source, NMI_V = (H0 − H) / H0, where H is the in-sample log-loss of an unregularised multinomial
     logistic regression from the latent features and H0 that of the same fit on all-zero features, which is ln K
     (see below); each is clipped to [0, 1] and InfoE is their mean over usable sources. All latents are used (no
     active-latent pruning). ``continuous_sources=True``: NMI_V is the in-sample R² of least squares with intercept
-    on the standardised source instead (spec §8.5, "continuous sources").
+    on the standardised source instead (QLAE paper §4.2).
 
     ``infoe_features``: ``"standardize"`` (default; per-column standardised latents, constant columns → 0) or
     ``"onehot"`` (one-hot of every latent's unique values, the authors' standalone code). As in that code,
@@ -390,8 +391,8 @@ def infomec(
 ) -> dict[str, Any]:
     """InfoMEC = (InfoM, InfoE, InfoC) of latents with respect to discrete (or, by option, continuous) sources.
 
-    Hsu et al. 2023, eqs. 7–9, 13–14; spec qlae.md §8.2–8.5 (paper defaults) and tripod.md §10.1 (standalone-code
-    options ``active_rule="iqr"``, ``infoe_features="onehot"``, ``ksg_k=10``).
+    Hsu et al. 2023 §4.1–4.2, eqs. 7–9, 13–14 (the defaults); the authors' standalone metric code
+    (``kylehkhsu/tripod``) gives the options ``active_rule="iqr"``, ``infoe_features="onehot"``, ``ksg_k=10``.
 
     Args:
         sources: (n_samples, n_sources) labels; each column is label-encoded by its sorted unique values.
@@ -402,7 +403,7 @@ def infomec(
         active_rule: ``"range"`` (paper) or ``"iqr"`` (standalone code); see :func:`active_latents`.
         infoe_features: ``"standardize"`` or ``"onehot"``; see :func:`infoe`.
         seed: ``random_state`` of the KSG jitter.
-        continuous_sources: InfoE from least-squares R² (spec qlae.md §8.5); for the NMI matrix, which the papers
+        continuous_sources: InfoE from least-squares R² (QLAE paper §4.2); for the NMI matrix, which papers
             define for discrete sources only, each source is cut into ``source_bins`` equal-width bins [our choice].
         device: a torch device (e.g. ``"cuda"``) for the discrete MI tables and the InfoE regressions; None = CPU
             with numpy/sklearn; ``"auto"`` = ``"cuda"`` when torch sees a GPU, else None. The KSG estimator
@@ -411,7 +412,7 @@ def infomec(
     Returns:
         dict: ``{"infom", "infoe", "infoc"}`` floats in [0, 1], ``"nmi"`` (n_sources, n_latents) and ``"active"``
             (n_latents,) bool. Degenerate cases (see :func:`infom_infoc`): no active latent ⇒ InfoM = InfoC = 0
-            (InfoE is still computed from all latents, as the spec prescribes; with the range rule "no active
+            (InfoE is still computed from all latents, as QLAE paper §4.2 says; with the range rule "no active
             latent" means every latent is constant, so InfoE is 0 too); exactly one active latent ⇒ InfoC = 1.0.
     """
     check_choice("active_rule", active_rule, ACTIVE_RULES)

@@ -1,8 +1,9 @@
 """Mean Correlation Coefficient (MCC) under the best one-to-one matching of latents to sources.
 
 As used in nonlinear ICA / identifiability work (e.g. Hyvärinen & Morioka 2016; Lachapelle et al. 2023);
-settings follow spec ``shared/specs/cliff.md`` §7.1 (|ρ| matrix, Hungarian matching maximising the sum,
-Pearson or Spearman).
+settings follow Cliff (Cliff paper §3.1; App. E: Spearman for the balls) and the code of its predecessor
+(``facebookresearch/quantized_identifiability``, ``mcc.py``: |ρ| matrix, Hungarian matching maximising the
+sum, Pearson).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def abs_correlation(sources: Any, latents: Any, *, method: str = "pearson") -> n
 
 
 def mcc(sources: Any, latents: Any, *, method: str = "pearson") -> dict[str, Any]:
-    """MCC (spec cliff.md §7.1): mean matched |correlation| between latents and sources, in [0, 1].
+    """MCC (Cliff paper §3.1, App. E): mean matched |correlation| between latents and sources, in [0, 1].
 
     The |ρ| matrix (n_latents, n_sources) is matched one-to-one by ``scipy.optimize.linear_sum_assignment``
     maximising the total; with n_latents ≠ n_sources min(n_latents, n_sources) pairs are matched and the rest are

@@ -1,10 +1,11 @@
 """Mutual Information Gap (MIG) on equal-width binned latents.
 
 Chen et al. 2018, "Isolating Sources of Disentanglement in Variational Autoencoders", §4.1. Settings follow
-disentanglement_lib as fixed by spec ``shared/specs/categorical_vae.md`` §12 (20 equal-width histogram bins,
-plug-in MI in nats, gap normalised by the factor entropy); the ``"minmax"`` variant follows
-``shared/specs/cliff.md`` §7.3. The binning and MI-matrix helpers, shared with modularity.py, live in
-``common.py`` (still importable from here).
+disentanglement_lib's defaults as Friede et al.'s code uses them (``david-friede/lddr``; 20 equal-width
+histogram bins, plug-in MI in nats, gap normalised by the factor entropy); the ``"minmax"`` variant follows
+the metric code of Roth et al. 2023 (``facebookresearch/disentangling-correlated-factors``,
+``dent/metrics/mig.py``), whose Shapes3D setup Cliff reuses (Cliff paper App. F.4). The binning and MI-matrix
+helpers, shared with modularity.py, live in ``common.py`` (still importable from here).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _encode_sources(s: np.ndarray, n_bins: int, method: str) -> tuple[np.ndarray
 
 
 def mig(sources: Any, latents: Any, *, n_bins: int = 20, discretize: str = "histogram") -> dict[str, Any]:
-    """Mutual Information Gap (Chen et al. 2018; spec categorical_vae.md §12, cliff.md §7.3 for ``"minmax"``).
+    """Mutual Information Gap (Chen et al. 2018; disentanglement_lib settings; Roth et al.'s: ``"minmax"``).
 
     Each latent is binned into ``n_bins`` equal-width bins (discrete latents too), m[j, k] = I(z_j; s_k) by
     plug-in counts (nats), and per source MIG_k = (m_(1)k − m_(2)k) / H(s_k), the gap between the two most
@@ -55,7 +56,8 @@ def mig(sources: Any, latents: Any, *, n_bins: int = 20, discretize: str = "hist
 
     Returns:
         ``{"mig": float, "per_source": (n_sources,), "mi": (n_latents, n_sources)}``. Single-valued sources
-        are skipped with a RuntimeWarning (per-source value 0, excluded from the mean; MIG 0 if none is left).
+            are skipped with a RuntimeWarning (per-source value 0, excluded from the mean; MIG 0 if none is
+            left).
     """
     check_choice("discretize", discretize, DISCRETIZATIONS)
     s, z = checked_inputs(sources, latents)

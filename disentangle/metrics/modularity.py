@@ -1,7 +1,7 @@
 """Modularity and explicitness (Ridgeway & Mozer 2018, "Learning Deep Disentangled Embeddings With the F-Statistic
 Loss", §3).
 
-Modularity follows disentanglement_lib as fixed by spec ``shared/specs/categorical_vae.md`` §12 (20-bin
+Modularity follows disentanglement_lib as Friede et al.'s code uses it (``david-friede/lddr``; 20-bin
 discretisation, MI matrix, θ/δ formula, mean over latents). Explicitness follows the paper and
 disentanglement_lib's ``modularity_explicitness.py``: one-vs-rest logistic regression per factor value on all
 latents, ROC-AUC per value on the test split, mean over values, then mean over factors.
@@ -31,7 +31,7 @@ __all__ = ["explicitness", "modularity", "modularity_from_mi", "split_train_test
 
 
 def modularity_from_mi(mi: Any) -> tuple[float, np.ndarray]:
-    """Modularity from an MI matrix m (n_latents, n_sources) (Ridgeway & Mozer 2018; spec categorical_vae.md §12).
+    """Modularity from an MI matrix m (n_latents, n_sources) (Ridgeway & Mozer 2018; disentanglement_lib).
 
     θ_i = max_k m_ik², δ_i = (Σ_k m_ik² − θ_i) / (θ_i (d − 1)), modularity_i = 1 − δ_i, and 0 where θ_i = 0
     (a latent informative about nothing). With a single source (d = 1) δ is 0/0; every informative latent is
@@ -52,7 +52,7 @@ def modularity_from_mi(mi: Any) -> tuple[float, np.ndarray]:
 
 
 def modularity(sources: Any, latents: Any, *, n_bins: int = 20) -> dict[str, Any]:
-    """Modularity score (Ridgeway & Mozer 2018 §3; disentanglement_lib settings, spec categorical_vae.md §12).
+    """Modularity score (Ridgeway & Mozer 2018 §3; disentanglement_lib settings).
 
     Latents are binned into ``n_bins`` equal-width bins (``np.histogram`` edges, as for MIG), m_ik is the plug-in
     MI (nats) with each label-encoded source, and :func:`modularity_from_mi` gives the score. Single-valued sources

@@ -1,4 +1,4 @@
-"""Reconstruction quality: PSNR (spec ``shared/specs/qlae.md`` §8.7) and MSE (``factorqvae.md`` A10)."""
+"""Reconstruction quality: PSNR (QLAE paper App. E) and MSE (FactorQVAE paper Table 1)."""
 
 from __future__ import annotations
 
@@ -31,14 +31,16 @@ def psnr_from_mse(mse: Any) -> np.ndarray:
 
 
 def psnr(reconstruction: Any, target: Any) -> float:
-    """Mean over images of the per-image PSNR (spec qlae.md §8.7); see :func:`psnr_per_image`."""
+    """Mean over images of the per-image PSNR (QLAE paper App. E; per image as in the authors' code).
+
+    See :func:`psnr_per_image`."""
     return float(psnr_per_image(reconstruction, target).mean())
 
 
 def mse_per_image(reconstruction: Any, target: Any) -> np.ndarray:
-    """Per-image MSE over all non-batch axes, in float64 (spec factorqvae.md §8.5; qlae.md §8.7, the MSE inside
-    PSNR). Shape (N, ...), numpy arrays or torch tensors; two tensors on one device are reduced there, so only
-    the N values leave a GPU (duck-typed, the metrics package does not import torch)."""
+    """Per-image MSE over all non-batch axes, in float64 (FactorQVAE paper Table 1; also the MSE inside PSNR).
+    Shape (N, ...), numpy arrays or torch tensors; two tensors on one device are reduced there, so only the N
+    values leave a GPU (duck-typed, the metrics package does not import torch)."""
     x, y = reconstruction, target
     on_device = hasattr(x, "detach") and hasattr(y, "detach") and x.device == y.device
     if not on_device:
@@ -55,6 +57,6 @@ def mse_per_image(reconstruction: Any, target: Any) -> np.ndarray:
 
 
 def mse(reconstruction: Any, target: Any) -> float:
-    """Mean over images of :func:`mse_per_image` (spec factorqvae.md §8.5, reported ×10⁴ there); every image has
+    """Mean over images of :func:`mse_per_image` (FactorQVAE paper Table 1 reports it ×10⁴); every image has
     the same size, so this equals the mean over all values."""
     return float(mse_per_image(reconstruction, target).mean())

@@ -1,9 +1,10 @@
 """Straightforward scikit-learn implementations of InfoMEC and depth-tuned DCI: the speed baseline.
 
-Same definitions as :func:`disentangle.metrics.infomec` and :func:`disentangle.metrics.dci` (spec
-``shared/specs/qlae.md`` §8.2–8.6), written the obvious way: one sklearn estimator call per (source, latent) pair,
-a fitted null model for InfoE, one forest per (source, depth) on one thread. Used by ``python -m disentangle.bench
-metrics`` and by the tests that check the fast paths agree with it; not meant for everyday use.
+Same definitions as :func:`disentangle.metrics.infomec` and :func:`disentangle.metrics.dci` (QLAE paper
+§4.1–4.2 and App. C.5), written the obvious way: one sklearn estimator call per (source, latent) pair,
+a fitted null model for InfoE, one forest per (source, depth) on one thread. Used by
+``python -m disentangle.bench metrics`` and by the tests that check the fast paths agree with it; not meant
+for everyday use.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def dci_reference(
     depth_grid: Sequence[int | None] = DEFAULT_DEPTH_GRID,
     test_size: float = 0.1,
 ) -> dict[str, Any]:
-    """Depth-tuned random-forest DCI (spec qlae.md §8.6): one forest per (source, depth), best held-out accuracy,
-    ties to the lower held-out log-loss."""
+    """Depth-tuned random-forest DCI (QLAE paper App. C.5): one forest per (source, depth), best held-out
+    accuracy, ties to the lower held-out log-loss."""
     s = _encode(sources)
     z = StandardScaler().fit_transform(np.asarray(latents, dtype=np.float64))
     x_train, x_test, y_train, y_test = train_test_split(z, s, test_size=test_size, random_state=seed)

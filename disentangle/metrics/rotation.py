@@ -1,9 +1,10 @@
 """Latent rotation angle of a 2-factor representation: how far the latent space is turned away from the axes.
 
-Friede et al.'s Circles experiment (spec ``shared/specs/categorical_vae.md`` §16, Prop. 2 in §15): a Gaussian VAE's
-latent space is rotation-equivariant in equal-variance dimensions, so its X/Y latents come out rotated by an arbitrary
-angle, while the D-VAE's grid favours axis-aligned latents. The paper shows the rotation in figures only; §16's
-"cheap proxy" measures it by regressing the factors on the latents. This module makes that measurement precise.
+Friede et al.'s Circles experiment (§3.3, Prop. 2, Fig. 3; App. 7.0.2): a Gaussian VAE's latent space is
+rotation-equivariant in equal-variance dimensions, so its X/Y latents come out rotated by an arbitrary angle,
+while the D-VAE's grid favours axis-aligned latents. The paper shows the rotation in figures only (Figs. 3,
+10, 11); this module measures it by regressing the factors on the latents (our choice; the paper gives no
+formula).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def check_rotation_inputs(n_sources: int, n_latents: int) -> None:
 
 def rotation(sources: Any, latents: Any) -> dict[str, Any]:
     """Rotation angle (degrees, in [0°, 45°] for 2 latents; 0 = axis aligned) of the latent space relative to the
-    two factors (spec categorical_vae.md §16).
+    two factors (Friede et al. §3.3, Fig. 3).
 
     Definition. Fit the affine least-squares regression of the factors on the latents, ``s ≈ W^T z + b``
     (``W``: n_latents × 2, both sides centred, ``numpy.linalg.lstsq``). Column ``w_k`` is factor k's regression
@@ -52,9 +53,9 @@ def rotation(sources: Any, latents: Any) -> dict[str, Any]:
         latents: (n, n_latents) representation, n_latents >= 2.
 
     Returns:
-        ``{"rotation": float degrees, "per_factor": (2,) α_k in degrees, "directions": (n_latents, 2) unit regression
-        directions w_k / |w_k|, "r2": (2,) coefficient of determination of each factor's regression}``. A factor
-        whose direction is zero (all latents constant) gets α_k = NaN.
+        ``{"rotation": float degrees, "per_factor": (2,) α_k in degrees, "directions": (n_latents, 2) unit
+            regression directions w_k / |w_k|, "r2": (2,) coefficient of determination of each factor's
+            regression}``. A factor whose direction is zero (all latents constant) gets α_k = NaN.
     """
     s, z = checked_inputs(sources, latents)
     check_rotation_inputs(s.shape[1], z.shape[1])

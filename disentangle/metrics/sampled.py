@@ -1,6 +1,6 @@
 """Intervention-based metrics that draw their own samples: the FactorVAE score and the BetaVAE score.
 
-Both follow disentanglement_lib exactly as fixed by spec ``shared/specs/categorical_vae.md`` §12:
+Both follow disentanglement_lib exactly, as Friede et al.'s code uses it (``david-friede/lddr``):
 FactorVAE score — Kim & Mnih 2018, "Disentangling by Factorising", §4; BetaVAE score — Higgins et al. 2017,
 "β-VAE: Learning Basic Visual Concepts with a Constrained Variational Framework", §3.
 
@@ -36,7 +36,7 @@ __all__ = ["BETAVAE_SOLVER", "FACTORVAE_ACTIVE_STD", "betavae_score", "factorvae
 
 # Latents whose global standard deviation is below this are "collapsed" and ignored (disentanglement_lib).
 FACTORVAE_ACTIVE_STD = 0.05
-# The official code of spec categorical_vae.md uses newton-cg (disentanglement_lib: sklearn's default, lbfgs);
+# Friede et al.'s code (david-friede/lddr) uses newton-cg (disentanglement_lib: sklearn's default, lbfgs);
 # both minimise the same L2-regularised objective, newton-cg converges more reliably on unscaled features.
 BETAVAE_SOLVER = "newton-cg"
 
@@ -192,7 +192,7 @@ def factorvae_score(
     encode_batch_size: int = 1024,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """FactorVAE disentanglement score (Kim & Mnih 2018 §4; disentanglement_lib settings, categorical_vae.md §12).
+    """FactorVAE disentanglement score (Kim & Mnih 2018 §4; disentanglement_lib settings).
 
     1. Global variances of the latents over ``n_variance`` random samples (ddof=1); a latent is active if its
        standard deviation is >= 0.05. No active latent ⇒ score 0.
@@ -260,7 +260,7 @@ def betavae_score(
     encode_batch_size: int = 1024,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """BetaVAE disentanglement score (Higgins et al. 2017 §3; disentanglement_lib settings, categorical_vae.md §12).
+    """BetaVAE disentanglement score (Higgins et al. 2017 §3; disentanglement_lib settings).
 
     Each of ``n_train`` train and ``n_eval`` eval points: pick a factor k uniformly, draw two batches of
     ``batch_size`` factor vectors, copy factor k of batch 1 into batch 2 row-wise, and use

@@ -1,7 +1,7 @@
 """Separated Attribute Predictability (SAP).
 
 Kumar et al. 2018, "Variational Inference of Disentangled Latent Concepts from Unlabeled Observations", §3;
-discrete-factor settings of disentanglement_lib as fixed by spec ``shared/specs/categorical_vae.md`` §12.
+discrete-factor settings of disentanglement_lib, as Friede et al.'s code uses them (``david-friede/lddr``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def sap(
     sources_test: Any | None = None,
     latents_test: Any | None = None,
 ) -> dict[str, Any]:
-    """SAP score (Kumar et al. 2018; spec categorical_vae.md §12, disentanglement_lib defaults).
+    """SAP score (Kumar et al. 2018; disentanglement_lib defaults, as in Friede et al.'s code).
 
     For every (latent j, source k) a ``LinearSVC(C=0.01, class_weight="balanced")`` is fit on the single latent
     j of the train split; S[j, k] is its test accuracy. SAP = mean over sources of (top1 − top2) of S[:, k].

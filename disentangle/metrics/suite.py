@@ -2,13 +2,14 @@
 
 A metric is a function plus one :class:`MetricEntry` in :data:`REGISTRY` (:func:`register_metric` adds one at run
 time); its options come from ``callbacks.evaluation.<name>.*`` in the config, passed to the function as keyword
-arguments by the evaluation callback, which names no metric itself. Two kinds (spec
-``shared/specs/categorical_vae.md`` §12 lists both):
+arguments by the evaluation callback, which names no metric itself. Two kinds (Friede et al. §5 uses
+both):
 
 * **array metrics**: functions ``fn(factors, latents, **options) -> dict`` of one (latents, factors) evaluation
-  set: InfoMEC, DCI (qlae.md §8), MIG, SAP, Modularity, Explicitness (categorical_vae.md §12), MCC (cliff.md §7.1),
-  the latent rotation angle of a 2-factor dataset (categorical_vae.md §16; skipped with a logged reason on other
-  data). :func:`array_metrics` runs them on numpy arrays, so it can run in a worker thread;
+  set: InfoMEC, DCI (QLAE paper §4, App. C.5), MIG, SAP, Modularity (Friede et al. §5), Explicitness
+  (Ridgeway & Mozer 2018), MCC (Cliff paper §3.1, App. E), the latent rotation angle of a 2-factor dataset
+  (Friede et al. §3.3, Fig. 3; skipped with a logged reason on other data). :func:`array_metrics` runs them on
+  numpy arrays, so it can run in a worker thread;
 * **sampled metrics**: ``fn(datamodule, represent, **options) -> dict``: FactorVAE and BetaVAE scores draw their
   own batches with one factor fixed, so they need the data module and an encoder (:func:`sampled_metrics`).
 
@@ -66,16 +67,17 @@ class ModelFacts:
 
 @dataclass(frozen=True)
 class MetricEntry:
-    """One registered metric.
+    """One registered metric. Its fields:
 
-    fn:        the function (array: ``fn(factors, latents, **options)``; sampled: ``fn(datamodule, represent,
-               **options)``) returning a dict.
-    outputs:   the function's keys -> the result's keys (what goes into ``metrics.json``).
-    labels:    the result's scalar keys -> their column labels, in table order (the other outputs are arrays).
-    sampled:   it draws its own batches (needs the data module and the model's ``represent``).
-    discrete:  it is told ``discrete_latents=`` (the representation's estimator choice).
-    applies:   ``(factors, latents) -> None`` when it applies, else the reason it is skipped (logged).
-    resolve:   ``(options, ModelFacts) -> options``: settles model-dependent ``auto`` values.
+    - ``fn``: the function (array: ``fn(factors, latents, **options)``; sampled:
+      ``fn(datamodule, represent, **options)``) returning a dict.
+    - ``outputs``: the function's keys -> the result's keys (what goes into ``metrics.json``).
+    - ``labels``: the result's scalar keys -> their column labels, in table order (the other outputs are
+      arrays).
+    - ``sampled``: it draws its own batches (needs the data module and the model's ``represent``).
+    - ``discrete``: it is told ``discrete_latents=`` (the representation's estimator choice).
+    - ``applies``: ``(factors, latents) -> None`` when it applies, else the reason it is skipped (logged).
+    - ``resolve``: ``(options, ModelFacts) -> options``: settles model-dependent ``auto`` values.
     """
 
     fn: Callable[..., Mapping[str, Any]]
@@ -88,7 +90,7 @@ class MetricEntry:
 
 
 def _rotation_applies(factors: Any, latents: Any) -> str | None:
-    """The rotation angle needs exactly 2 factors and >= 2 latents (categorical_vae.md §16), so ``metrics: all``
+    """The rotation angle needs exactly 2 factors and >= 2 latents (Friede et al. §3.3), so ``metrics: all``
     works everywhere."""
     n_s, n_z = (shape[1] if len(shape) == 2 else 1 for shape in (np.shape(factors), np.shape(latents)))
     if n_s == 2 and n_z >= 2:
@@ -99,8 +101,8 @@ def _rotation_applies(factors: Any, latents: Any) -> str | None:
 def _infomec_options(options: dict, model: ModelFacts) -> dict:
     """InfoMEC's ``auto`` options: ``device: auto`` is the model's device when that is a GPU and None (numpy/sklearn
     on the CPU) otherwise, so the discrete MI tables and InfoE's regressions run where the model does;
-    ``infoe_features: auto`` is one-hot for unordered code indices (VQ-VAE), standardized values otherwise (spec
-    qlae.md §12 row 9)."""
+    ``infoe_features: auto`` is one-hot for unordered code indices (VQ-VAE), standardized values otherwise (as
+    the QLAE authors' training code does)."""
     options = dict(options)
     if options.get("device") == "auto":
         options["device"] = model.device if not str(model.device).startswith("cpu") else None

@@ -1,26 +1,24 @@
 """The five papers' published results as data: ``results.csv``, one row per printed table cell.
 
-Sources (every number transcribed from the specs' results sections, which transcribe the papers):
+Sources (every number transcribed from the papers' printed tables):
 
 - ``qlae``: Hsu et al. 2023, "Disentanglement via Latent Quantization" -- Table 1 (main results), Table 2
-  (ablations), Tables 12-15 (full results per dataset, mean ± 95% CI over 7 seeds); spec ``qlae.md`` §10
-  (aggregation §8.8, selection §6.3).
+  (ablations), Tables 12-15 (full results per dataset, mean ± 95% CI over 7 seeds; App. E); seeds and
+  selection in §5.
 - ``tripod``: Hsu et al. 2024, "Tripod: Three Complementary Inductive Biases for Disentangled Representation
-  Learning" -- Table 1 (3 seeds, no intervals); spec ``tripod.md`` §12 (selection §10.3).
+  Learning" -- Table 1 (3 seeds, no intervals); seeds and selection in §4.
 - ``factorqvae``: Baykal, Kandemir, Unal, "Disentanglement with Factor Quantized Variational Autoencoders" --
-  Table 1 (three datasets) and Table 2 (codebook design, Shapes3D); no seeds or intervals given; spec
-  ``factorqvae.md`` §9.
+  Table 1 (three datasets) and Table 2 (codebook design, Shapes3D); no seeds or intervals given.
 - ``friede``: Friede et al. 2023, "Learning Disentangled Discrete Representations" -- Table 1 (median MIG), Table 5
   (its [25%, 75%] quartiles), Table 6 (unregularized D-VAE, every metric), Table 7 (semi-supervised discrete
-  models); spec ``categorical_vae.md`` §14 (protocol §10).
+  models); protocol in §5.
 - ``cliff``: Barin-Pacela et al. 2025, "Quantized Disentanglement: A Practical Approach" (Cliff) -- Table 2 (balls,
-  Spearman MCC) and Table 3 (Shapes3D), mean ± standard error over 10 seeds; spec ``cliff.md`` §10 (reporting
-  §7.4).
+  Spearman MCC) and Table 3 (Shapes3D), mean ± standard error over 10 seeds (App. E, F.3, F.4).
 
 Columns: ``paper, table, method, dataset, metric, value, uncertainty, low, high, n_seeds, note``.
 
 - ``table`` is the number as printed (a string: ``"1"``, ``"12"``). ``method`` is the paper's row name as printed,
-  without citation brackets (``"β-VAE [16]"`` -> ``β-VAE``, the FactorQVAE spec's ASCII ``beta-VAE`` -> ``β-VAE``)
+  without citation brackets (``"β-VAE [16]"`` -> ``β-VAE``, an ASCII ``beta-VAE`` -> ``β-VAE``)
   and with the ``(ours)`` marker moved to ``note``; FactorQVAE Table 2's rows are named by their codebook,
   ``FactorQVAE (M = 32x1)`` ... ``FactorVQVAE (M = 64x16)``. ``dataset`` is the project's ``data=`` name
   (``shapes3d``, ``mpi3d``, ``falcor3d``, ``isaac3d``, ``dsprites``, ``colour_dsprites``, ``smallnorb``,
@@ -35,14 +33,15 @@ Columns: ``paper, table, method, dataset, metric, value, uncertainty, low, high,
   on the value's scale: value ∓ the half-width for ``ci95``/``se`` (as printed, not clipped to [0, 1]), the
   quartiles for ``quartiles``, empty for ``none``. Friede Table 5 prints only the quartiles; its ``value`` is the
   matching median of Table 1 (said in ``note``).
-- ``n_seeds``: seeds per configuration where the spec gives it (QLAE 7, Tripod 3, Cliff 10, Friede et al.: 300 for
-  D-VAE, 50 per γ for FactorVAE/FactorDVAE, whose 6 γ × 50 runs are pooled); empty where unknown.
+- ``n_seeds``: seeds per configuration where known (QLAE 7, Tripod 3, Cliff 10; Friede et al.: 300 for D-VAE,
+  50 per γ for FactorVAE/FactorDVAE, whose 6 γ × 50 runs are pooled: disentanglement_lib's protocol, which
+  their §5 adopts, as the counts are missing from the paper's text); empty where unknown.
 - ``note``: ``ours``, ``* from Locatello et al. [25]`` (copied, not re-run by Friede et al.), ``median``, ...
 
 Cells that are not rows: the 20 ``n.a.`` cells of Friede et al. (Table 1: 10, Table 5: 10: the five Locatello
 baselines on Shapes3D and MPI3D), and FactorQVAE Table 1's FactorQVAE/Shapes3D MSE, missing in the source text
-(Table 2's identical 64x1 row gives 0.6e-4). Not tables, so not here: Cliff's synthetic result (§10.1), Tripod's
-runtime profile, QLAE's Spearman correlations.
+(Table 2's identical 64x1 row gives 0.6e-4). Not tables, so not here: Cliff's synthetic result (its §3.1),
+Tripod's runtime profile, QLAE's Spearman correlations.
 """
 from __future__ import annotations
 

@@ -47,10 +47,11 @@ def build_report(dirs: Sequence[Path | str], *, stat: str = "ci95", select: str 
                  rule_lines: Sequence[str] = ()) -> tuple[Report, list[str]]:
     """The report of the runs under ``dirs`` and the lines about given directories that hold no runs.
 
-    ``select_checkpoint``: the per-run rule, ``final`` (``metrics.json``) or ``best-METRIC`` (the evaluation of
-    ``metrics_history.jsonl`` with the best METRIC among those whose PSNR reaches ``psnr_min``; Tripod §10.3), see
-    :mod:`.checkpoints`. Under a ``best-*`` rule ``psnr_min`` is the threshold of each evaluation; otherwise it
-    filters configurations by their mean PSNR. ``select``: the per-configuration rule (:mod:`.rules`).
+    ``select_checkpoint``: the per-run rule, ``final`` (``metrics.json``) or ``best-METRIC`` (the evaluation
+    of ``metrics_history.jsonl`` with the best METRIC among those whose PSNR reaches ``psnr_min``; Tripod
+    paper §4), see :mod:`.checkpoints`. Under a ``best-*`` rule ``psnr_min`` is the threshold of each
+    evaluation; otherwise it filters configurations by their mean PSNR. ``select``: the per-configuration rule
+    (:mod:`.rules`).
     ``across_data``: when the selected groups span several datasets, add the ``aggregated`` rows (the mean over the
     datasets, :func:`.aggregate.aggregate_across_data`), compared with the papers' ``aggregated`` rows.
     ``rule_lines``: lines about where the rule came from (a sweep file's), printed with it.

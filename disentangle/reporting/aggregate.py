@@ -8,8 +8,9 @@
 * Statistics over the runs of a group, per metric (runs lacking a metric are left out of that metric's ``n``): the
   mean with the 95% confidence half-width ``t(0.975, n-1) * sd / sqrt(n)`` (Student's t; QLAE App. E, Tripod,
   FactorQVAE), the median with the 25th/75th percentiles (numpy's linear convention; Friede et al. Tables 5-7)
-  and the standard error ``sd / sqrt(n)`` (Cliff §7.4). ``sd`` uses ``ddof=1`` unless asked otherwise (the QLAE
-  authors' tables script, ``scripts/tables_old.py`` in their public repository, uses ``ddof=0``).
+  and the standard error ``sd / sqrt(n)`` (Cliff paper App. E, F.4). ``sd`` uses ``ddof=1`` unless asked
+  otherwise (the QLAE authors' tables script, ``scripts/tables_old.py`` in their public repository, uses
+  ``ddof=0``).
 * Across datasets (:func:`aggregate_across_data`; the "aggregated" column of QLAE Tables 1-2 and Tripod Table 1,
   data name ``aggregated``): per (model, hyperparameters that still separate its rows within a dataset after the
   selection), the mean over the k datasets of each metric's per-dataset mean (the papers' "mean over the 4

@@ -1,15 +1,15 @@
 """The per-run rule: which evaluation of a run the report takes (``--select-checkpoint``).
 
-* ``final`` (the default): the final evaluation, ``metrics.json``. The QLAE paper reports the end of training (spec
-  qlae.md §12 item 19), FactorQVAE the final checkpoint (factorqvae.md §6.4), Friede et al. and Cliff evaluate the
-  trained model (categorical_vae.md §10, cliff.md §7.4).
-* ``best-METRIC`` (``best-infom``: Tripod §10.3, "report for each run the results given by the checkpoint with the
-  best InfoM" among the checkpoints that pass the reconstruction filter): among the run's evaluations in
-  ``metrics_history.jsonl`` (periodic and final) whose PSNR reaches the dataset's threshold (``--psnr-min``; every
-  evaluation when there is none), the one with the best METRIC (highest; lowest for lower-is-better metrics such as
-  ``mse``; on a tie the later step); the report takes *all* of that evaluation's metrics. The final evaluation is
-  ``metrics.json`` itself (its record is the fuller one); a periodic one holds what the history line holds (its
-  ``periodic_metrics``).
+* ``final`` (the default): the final evaluation, ``metrics.json``. The QLAE, Friede et al. and Cliff papers
+  name no checkpoint rule (the end of training is our choice); the FactorQVAE authors' code evaluates the
+  final checkpoint.
+* ``best-METRIC`` (``best-infom``: Tripod paper §4, "report for each run the results given by the checkpoint
+  with the best InfoM" among the checkpoints that pass the reconstruction filter): among the run's evaluations
+  in ``metrics_history.jsonl`` (periodic and final) whose PSNR reaches the dataset's threshold
+  (``--psnr-min``; every evaluation when there is none), the one with the best METRIC (highest; lowest for
+  lower-is-better metrics such as ``mse``; on a tie the later step); the report takes *all* of that
+  evaluation's metrics. The final evaluation is ``metrics.json`` itself (its record is the fuller one); a
+  periodic one holds what the history line holds (its ``periodic_metrics``).
 
 A run without a usable history has its final evaluation as its only candidate (a warning says so); a run none of
 whose evaluations passes the threshold, or reports METRIC, is left out of the table with that reason (listed under

@@ -26,7 +26,7 @@ PAPERS = ("qlae", "tripod", "factorqvae", "friede", "cliff")
 # project model name -> the printed method name(s) in the papers' result tables (first = the usual one);
 # a model not listed is looked up under its own name
 METHOD_NAMES: dict[str, tuple[str, ...]] = {
-    # QLAE paper (qlae.md §10)
+    # QLAE paper (Tables 1, 2, 12–15)
     "ae": ("AE",),
     "betavae": ("β-VAE",),
     "betatcvae": ("β-TCVAE",),
@@ -39,13 +39,13 @@ METHOD_NAMES: dict[str, tuple[str, ...]] = {
     "infowgan_gp": ("InfoWGAN-GP",),
     "qlinfowgan_gp": ("QLInfoWGAN-GP",),
     "qlinfowgan_gp_no_wd": ("QLInfoWGAN-GP w/o w.d.", "QLInfoWGAN-GP w/o weight decay"),
-    # Tripod paper (tripod.md §12)
+    # Tripod paper (Table 1)
     "tripod": ("Tripod",),
     "tripod_naive": ("Tripod (naive)",),
     "tripod_no_nhp": ("Tripod w/o NHP",),
     "tripod_no_klm": ("Tripod w/o KLM",),
     "tripod_finer": ("Tripod w/ finer quantization",),
-    # FactorQVAE paper (factorqvae.md §9): its own versions of the baselines
+    # FactorQVAE paper (Tables 1, 2): its own versions of the baselines
     "ae_fq": ("AE",),
     "betavae_fq": ("β-VAE", "beta-VAE"),
     "bioae_fq": ("BioAE",),
@@ -55,7 +55,7 @@ METHOD_NAMES: dict[str, tuple[str, ...]] = {
     "qvae": ("QVAE",),
     "factordvae": ("FactordVAE",),
     "factorqvae": ("FactorQVAE",),
-    # Friede et al. (categorical_vae.md §14); Table 7 abbreviates FactorDVAE as F-DVAE, (M) = masked attention
+    # Friede et al. (Tables 1, 5–7); Table 7 abbreviates FactorDVAE as F-DVAE, (M) = masked attention
     "vae_friede": ("VAE",),
     "dvae_friede": ("D-VAE",),
     "factorvae_friede": ("FactorVAE",),

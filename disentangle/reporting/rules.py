@@ -1,21 +1,23 @@
 """The papers' selection rules, applied to aggregated groups.
 
-* ``best``: per (model, data), the hyperparameter configuration with the best mean of a metric (InfoM for QLAE
-  §6.3 and Tripod §10.3) among those passing the reconstruction filter; ``by="best-seed"`` ranks configurations by
-  their best single run instead (Cliff §7.4: "the best seed is selected based on the D score").
+* ``best``: per (model, data), the hyperparameter configuration with the best mean of a metric (InfoM:
+  Tripod paper §4; the QLAE paper's §5 says only "best performing", InfoM there is our choice) among those
+  passing the reconstruction filter; ``by="best-seed"`` ranks configurations by their best single run instead
+  (Cliff paper App. F.4: "the best seed is selected based on the D score").
 * The reconstruction filter (:class:`PsnrFilter`): a configuration passes when its mean PSNR reaches the
   threshold of its dataset. Tripod's thresholds are the paper's (App. B.1: Shapes3D 38, MPI3D 42, Falcor3D 34,
-  Isaac3D 40 dB). The QLAE paper only says autoencoders are "filtered for near-perfect data reconstruction"; the
-  spec reads it as "not clearly below the AE baseline", which ``ae-MARGIN`` implements: the threshold is the best
-  mean PSNR of the ``ae`` configurations on that dataset minus MARGIN dB.
-* ``delta_st`` (Friede et al. §7, Table 1 "Selection"): per dataset, pooling every run that has ``delta_st`` in its
-  ``metrics.json`` (``python -m disentangle.select DIR`` stores it), the single run with the smallest gap. It adds a
-  ``selection:<model>`` row per dataset to the table.
-* ``labels`` (Friede et al. §6.4 and spec categorical_vae.md §6, after Locatello et al. 2020: semi-supervised
-  models are selected on the 10% of the labelled examples held out of training): per group (model, data and the
-  hyperparameters not pooled; pool ω and the seeds with ``--pool``), the run with the highest
-  ``label_validation_mig`` (``python -m disentangle.select DIR --rule labels`` stores it), as a ``labels:<model>``
-  row after its group.
+  Isaac3D 40 dB). The QLAE paper only says autoencoders are "filtered for near-perfect data reconstruction"
+  (Table 1 caption); we read it as "not clearly below the AE baseline" (our choice), which ``ae-MARGIN``
+  implements: the threshold is the best mean PSNR of the ``ae`` configurations on that dataset minus
+  MARGIN dB.
+* ``delta_st`` (Friede et al. §3.4, §6.3, Table 1 "Selection"): per dataset, pooling every run that has
+  ``delta_st`` in its ``metrics.json`` (``python -m disentangle.select DIR`` stores it), the single run with
+  the smallest gap. It adds a ``selection:<model>`` row per dataset to the table.
+* ``labels`` (Friede et al. §6.4, after Locatello et al. 2020: semi-supervised models are selected on the
+  labelled examples held out of training, 10% as in disentanglement_lib; the paper's percentages are missing
+  from its text): per group (model, data and the hyperparameters not pooled; pool ω and the seeds with
+  ``--pool``), the run with the highest ``label_validation_mig``
+  (``python -m disentangle.select DIR --rule labels`` stores it), as a ``labels:<model>`` row after its group.
 
 The per-run rule (which evaluation of a run counts) is :mod:`.checkpoints`.
 """

@@ -1,4 +1,4 @@
-"""Unsupervised model selection by the straight-through gap Δ_ST of Friede et al. (categorical_vae.md §7).
+"""Unsupervised model selection by the straight-through gap Δ_ST of Friede et al. (§3.4, §6.3).
 
 Δ_ST = |mean loss(y_hard) − mean loss(y_soft)| over a fixed stream of training batches, with the Gumbel noise scale
 at 0, so that y_soft = softmax(ℓ) and y_hard = onehot(argmax ℓ). It is 0 for a model whose categorical posteriors
@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     import torch
 
 # "loss": the total training loss, γ·TC-estimate included for FactorDVAE (the authors' eval.py);
-# "elbo": reconstruction + KL, what the paper's text says. They coincide for γ = 0 (§7, §18 item 2).
+# "elbo": reconstruction + KL, what the paper's text says (Friede et al. §3.4). They coincide for γ = 0.
 CRITERIA = ("loss", "elbo")
-# "delta_st": the smallest straight-through gap (unsupervised, §7); "labels": the highest MIG on a semi-supervised
-# run's held-out labelled examples (Locatello et al. 2020, §6)
+# "delta_st": the smallest straight-through gap (unsupervised, Friede et al. §6.3); "labels": the highest MIG
+# on a semi-supervised run's held-out labelled examples (Locatello et al. 2020; Friede et al. §6.4)
 RULES = ("delta_st", "labels")
 METRIC_KEYS = ("mig", "dci_d", "sap", "modularity", "factorvae", "betavae", "infom", "infoe", "infoc")
 
@@ -60,7 +60,8 @@ def check_categorical(model) -> None:
 
 def straight_through_gap(model, batches: Iterable[torch.Tensor], *, criterion: str = "loss",
                          progress: bool = False) -> dict:
-    """Δ_ST of one model over ``batches`` of images (categorical_vae.md §7, steps 1–4).
+    """Δ_ST of one model over ``batches`` of images (Friede et al. §3.4; computed as in
+    their code's ``eval.py``).
 
     Each batch is passed once soft and once hard (same images); the batch-mean ``loss`` (every weighted term of
     the training step) and ``elbo`` (reconstruction + the latent's KL) are averaged over batches. Returns
@@ -231,7 +232,8 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
 def select(records: Sequence[RunRecord], metrics: Sequence[str] = METRIC_KEYS, rule: str = "delta_st") -> list[dict]:
     """Per dataset, over the pool of measured runs: the run with the smallest Δ_ST (``rule="delta_st"``) or the
     highest held-out-label MIG (``"labels"``), its metrics, the pool's median of each metric and the Spearman
-    correlation of the selection key with each metric (categorical_vae.md §7, Table 1 "Selection", Fig. 4 left).
+    correlation of the selection key with each metric (Friede et al. §3.4, §6.3, Table 1 "Selection", Fig. 4
+    left).
     Metrics no run of a pool reports are left out of that pool's row."""
     check_rule(rule)
     pools: dict[str, list[RunRecord]] = {}

@@ -1,4 +1,4 @@
-"""Two coloured balls on white (Cliff's balls data, spec cliff.md §5.2 / paper App. E: Ahuja et al.'s balls as
+"""Two coloured balls on white (Cliff's balls data, Cliff paper App. E: Ahuja et al.'s balls as
 rendered by Lachapelle et al.'s code), drawn on the device from continuous ball positions.
 
 Unlike the other procedural renderers this one takes **positions**, not factor class indices: the balls data set is
@@ -11,7 +11,7 @@ al. draw with pygame and flip the surface vertically), centre pixel position ``(
 ``ball_rad = 2 * 0.08``), ball 1 teal [2, 156, 154], ball 2 red [222, 100, 100] drawn on top of ball 1 (the balls
 may overlap and occlude). Their pygame circles snap centres to whole pixels; here the edge is anti-aliased with the
 area-coverage approximation ``clamp(r + 0.5 - distance, 0, 1)`` (as :mod:`.circles`) so sub-pixel moves change the
-image. Pixels are in [0, 1] (their default keeps [0, 255]; spec §12 item 12).
+image. Pixels are in [0, 1] (our choice; their default keeps [0, 255]).
 
 Determinism: only elementwise, correctly rounded float32 arithmetic per pixel, so a sample's image is bitwise the
 same whatever batch or chunk it is rendered in.
@@ -38,7 +38,7 @@ def radius_pixels(resolution: int) -> int:
 
 
 def render(positions: torch.Tensor, resolution: int = 64) -> torch.Tensor:
-    """Render balls at ``positions`` (spec cliff.md §5.2).
+    """Render balls at ``positions`` (Cliff paper App. E).
 
     Args:
         positions: float tensor (B, 4): (x1, y1, x2, y2) in frame units (x from the left, y from the bottom),

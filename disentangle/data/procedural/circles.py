@@ -1,5 +1,5 @@
-"""Friede et al.'s "Circles" toy data (categorical_vae.md §16): one filled grey disc on black, rendered
-procedurally from factor indices (the paper renders with Spriteworld; this is the spec's cheap proxy).
+"""Friede et al.'s "Circles" toy data (§3.3, App. 6): one filled grey disc on black, rendered procedurally
+from factor indices (the paper renders with Spriteworld, App. 6; this cheap stand-in is our choice).
 
 Factors:
 
@@ -7,7 +7,7 @@ Factors:
 * ``pos_y`` (40): vertical position of the centre, linearly over [0.2, 0.8] of the frame height, top to bottom.
 
 The disc has radius 0.1 of the frame (6.4 px at 64 × 64) and grey level ``GREY`` = 0.8; the paper's X/Y ranges
-and circle size are stripped (spec §18 item 12), these are the spec's suggested values. One position step moves
+and circle size are missing from its text, so these values are our choice. One position step moves
 the centre by 0.6 / 39 of the frame (0.98 px at 64 × 64), so 40 values per axis sample the range about once per
 pixel; the full grid has 1,600 images.
 
@@ -29,8 +29,8 @@ FACTOR_NAMES: tuple[str, ...] = ("pos_x", "pos_y")
 FACTOR_SIZES: tuple[int, ...] = (40, 40)
 NUM_CHANNELS: int = 1
 
-RADIUS = 0.1                 # frame units (spec §16: r ≈ 0.1·64 px)
-POSITION_RANGE = (0.2, 0.8)  # centre range, frame units (spec §16: (x, y) ∈ [0.2, 0.8]²·64)
+RADIUS = 0.1                 # frame units (our choice: r ≈ 0.1·64 px)
+POSITION_RANGE = (0.2, 0.8)  # centre range, frame units (our choice)
 GREY = 0.8                   # disc intensity on a black (0) background
 
 # Pixels rendered per internal chunk: bounds peak memory (~6 float32 temporaries of this size).
@@ -38,13 +38,13 @@ _CHUNK_PIXELS = 1 << 20
 
 
 def centres(size: int) -> list[float]:
-    """Centre coordinate (frame units) of each of a position factor's ``size`` values (spec §16)."""
+    """Centre coordinate (frame units) of each of a position factor's ``size`` values (range: our choice)."""
     lo, hi = POSITION_RANGE
     return [lo + (hi - lo) * k / (size - 1) for k in range(size)]
 
 
 def render(factors: torch.Tensor, resolution: int = 64) -> torch.Tensor:
-    """Render discs for integer factor indices (spec categorical_vae.md §16).
+    """Render discs for integer factor indices (Friede et al.'s Circles, §3.3).
 
     Args:
         factors: integer tensor (B, 2) of class indices ``(pos_x, pos_y)``, each in ``[0, 40)``.
