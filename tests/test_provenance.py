@@ -9,7 +9,7 @@ from importlib import metadata
 
 from conftest import FAST, ROOT, compose_config
 
-from disentangle.foundation.provenance import git_state, software_versions
+from disentangle.foundation.provenance import cpu_info, git_state, machine, software_versions
 from disentangle.runtime.run import train
 
 REQUIRED = {"python", "disentangle", "torch", "pytorch_lightning", "hydra", "numpy", "scikit_learn", "scipy", "wandb"}
@@ -34,6 +34,7 @@ def test_metrics_json_of_training_and_of_evaluate_record_the_versions(tmp_path):
     train(compose_config(FAST + ["model=qlae"], output_dir=tmp_path))
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert record["versions"] == json.loads(json.dumps(software_versions()))
+    assert record["machine"] == machine() and record["machine"]["cpu"] == cpu_info()[0]  # where: CPUs differ
 
     out = tmp_path / "evaluated"
     proc = subprocess.run(

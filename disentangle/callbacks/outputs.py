@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..metrics.suite import SCALAR_LABELS, resolve_options
-from ..foundation.provenance import software_versions
+from ..foundation.provenance import machine, software_versions
 from .figures import (
     dci_importance_heatmap,
     factor_recovery_scatter,
@@ -80,6 +80,8 @@ def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputS
     if runtime:
         record["runtime"] = runtime
     record["versions"] = software_versions()  # what produced these numbers
+    # and where: training is deterministic on one CPU model, not across them (docs/getting-started.md)
+    record["machine"] = machine()
     for key, value in out.items():  # the arrays behind the scalars: NMI, active mask, importances, ...
         if key not in SCALAR_LABELS and isinstance(value, np.ndarray):
             record[key] = value.round(4).tolist() if value.dtype.kind == "f" else value.tolist()

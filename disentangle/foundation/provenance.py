@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import platform
 import subprocess
 import sys
@@ -44,6 +45,19 @@ def cpu_info() -> tuple[str, set[str]]:
                 flags = set(value.split())
                 break
     return name, flags
+
+
+# the widest vector instructions a CPU offers, widest first (/proc/cpuinfo flags): float results of one computation
+# differ between them (oneDNN picks its kernels by them), so a CPU's name alone ("AMD EPYC") does not say enough
+VECTOR_ISAS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "sse4_2")
+
+
+def machine() -> dict[str, str | int]:
+    """``{"cpu": model name, "vector_isa": widest of VECTOR_ISAS offered ("" where unknown), "cpu_count": n}``:
+    where a run's numbers came from (training is deterministic on one CPU kind, not across them)."""
+    name, flags = cpu_info()
+    return {"cpu": name, "vector_isa": next((isa for isa in VECTOR_ISAS if isa in flags), ""),
+            "cpu_count": os.cpu_count() or 1}
 
 
 @functools.cache
