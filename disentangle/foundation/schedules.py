@@ -11,9 +11,10 @@ AFTER = ("hold", "periodic")
 
 
 def cosine_factor(step: int, steps: int, final_ratio: float, after: str = "hold") -> float:
-    """lr(step) / lr(0) of a cosine decay from 1 to ``final_ratio`` over ``steps`` steps. After that: ``hold`` the
-    final value (spec factorqvae.md §6.4 [REC]), or ``periodic``: PyTorch's CosineAnnealingLR formula, which rises
-    back to 1 at 2·steps (the FactorQVAE authors' code)."""
+    """lr(step) / lr(0) of a cosine decay from 1 to ``final_ratio`` over ``steps`` steps. After that: ``hold``
+    the final value (our choice: FactorQVAE App. A says nothing after ``steps``; docs/fidelity.md), or
+    ``periodic``: PyTorch's CosineAnnealingLR formula, which rises back to 1 at 2·steps (the FactorQVAE
+    authors' code)."""
     t = min(step, steps) if after == "hold" else step
     return final_ratio + (1.0 - final_ratio) * 0.5 * (1.0 + math.cos(math.pi * t / steps))
 

@@ -36,19 +36,19 @@ __all__ = ["RECONSTRUCTIONS", "Autoencoder", "NonFiniteLossError", "bce_reconstr
 
 def bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Per-pixel mean sigmoid BCE against real-valued targets in [0, 1], averaged over the batch
-    (QLAE eq. 2 and Tripod Alg. 1 as implemented by the authors; spec qlae.md §4)."""
+    (QLAE eq. 2 and Tripod Alg. 1 line 6, as the authors' code implements them)."""
     return F.binary_cross_entropy_with_logits(logits, x, reduction="mean")
 
 
 def summed_bce_reconstruction(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Bernoulli negative log-likelihood: sigmoid BCE summed over pixels and channels, averaged over the batch
-    (Friede et al.'s code; categorical_vae.md §3.5)."""
+    (Friede et al.'s code; their App. 5, Table 4: a Bernoulli decoder)."""
     return F.binary_cross_entropy_with_logits(logits, x, reduction="sum") / x.shape[0]
 
 
 def mse_reconstruction(output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Per-element mean squared error of the decoder output against the image centred to [-0.5, 0.5]
-    (FactorQVAE authors' code; spec factorqvae.md §5, A4)."""
+    (FactorQVAE authors' code; the paper writes -log p(x|z), Eq. 5)."""
     return F.mse_loss(output, x - 0.5)
 
 
@@ -60,9 +60,9 @@ class Autoencoder(LatentModel):
 
     Args (beside :class:`~disentangle.models.base.LatentModel`'s):
         arch: as for the base; ``decoder: None`` (``model.arch.decoder: null``) makes an **encoder-only** model
-            (Cliff's synthetic experiment, spec cliff.md §2.1): no reconstruction term, the loss is the latent
-            module's and the regularizers' terms alone (at least one must be active), ``embed`` returns no
-            reconstruction and ``decode`` refuses.
+            (Cliff's synthetic experiment, Cliff §2.4 and App. F.2): no reconstruction term, the loss is the
+            latent module's and the regularizers' terms alone (at least one must be active), ``embed`` returns
+            no reconstruction and ``decode`` refuses.
         regularizers: name -> Regularizer; those with weight 0 are dropped (not computed).
         batch_size: the method's paper batch size (read by the data config). With a regularizer that draws its
             negatives from a second batch, each loader batch is split in two halves.
@@ -71,7 +71,7 @@ class Autoencoder(LatentModel):
             when it was not given.
         density_scale: factor on the weight of every term measured in nats per image (a Gaussian KL,
             β-TCVAE's MI/TC/DWKL): ``"per_pixel"`` = 1/D_x with D_x = channels x resolution^2, which puts them
-            on the per-pixel-mean BCE's scale (spec qlae.md §4.3-4.4); a number uses that factor (1 = nats
+            on the per-pixel-mean BCE's scale (the QLAE authors' code); a number uses that factor (1 = nats
             per image, for a summed reconstruction or FactorQVAE's calibration).
         reconstruction: ``"bce"`` (decoder outputs logits, image = sigmoid, per-pixel mean; QLAE, Tripod),
             ``"bce_sum"`` (the same summed over pixels: a Bernoulli likelihood per image; Friede et al.) or ``"mse"``

@@ -278,7 +278,8 @@ class LatentModel(pl.LightningModule):
 
     @torch.no_grad()
     def intervention_base(self, x: torch.Tensor) -> torch.Tensor:
-        """The representation the intervention figure sweeps from: the encoded ``x`` (spec qlae.md §9.1)."""
+        """The representation the intervention figure sweeps from: the encoded ``x`` (QLAE paper Fig. 4,
+        App. D)."""
         return self.embed(x)[0]
 
     @torch.no_grad()
@@ -289,7 +290,7 @@ class LatentModel(pl.LightningModule):
     def straight_through_mode(self, hard: bool) -> Iterator[None]:
         """The training-mode forward (so adversarial terms see the latent sample) with the latent's noise-free soft
         (``hard=False``) or straight-through one-hot (``hard=True``) codes, for the straight-through gap
-        (categorical_vae.md §7). Counters of regularizers that draw batches of their own (labelled supervision)
+        (Friede et al. §3.4). Counters of regularizers that draw batches of their own (labelled supervision)
         are put back afterwards, so both modes see the same batches."""
         if not self.latent_spec.straight_through:
             raise ValueError(f"Δ_ST needs a categorical latent (model/latent=categorical); this model's is "

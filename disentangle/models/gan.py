@@ -1,7 +1,8 @@
 """Latent-reconstructing Wasserstein GANs: InfoWGAN-GP and QLInfoWGAN-GP (Hsu et al. 2023, Alg. 3).
 
-Spec qlae.md §1, §2.2 (critic head), §3.1/§3.4 (latent modules and priors), §4.7 (losses), §5.1/§5.3 (parameter
-groups, optimizers, the 5:1 schedule), §8.1 (what the metrics see), §11 (pseudocode).
+QLAE paper §2.2 and App. A, Alg. 3 (losses, the encoder/critic and generator updates), App. C.2, Tables 8 and
+10 (hyperparameters); the critic head on the encoder's trunk, the parameter groups and n_e:g = 5 are the
+authors' code's.
 
 The second LightningModule family: it reuses the latent modules (:class:`~disentangle.quantizers.LatentQuantizer`
 for QLInfoWGAN-GP, :class:`~disentangle.quantizers.ContinuousLatent` for InfoWGAN-GP), the networks (the
@@ -11,12 +12,12 @@ training step differs from :class:`~disentangle.models.Autoencoder`.
 
 One training iteration t (one loader batch of real images):
 
-1. encoder/critic update on L_E (§4.7) with fresh prior samples and interpolation weights;
-2. if (t + 1) % n_critic == 0, a generator update on L_G (§4.7) with fresh prior samples; it moves the generator and
-   the codebook V, not the encoder or critic.
+1. encoder/critic update on L_E (Alg. 3, lines 4–14) with fresh prior samples and interpolation weights;
+2. if (t + 1) % n_critic == 0, a generator update on L_G (Alg. 3, lines 15–23) with fresh prior samples; it
+   moves the generator and the codebook V, not the encoder or critic.
 
 **Global step.** ``trainer.global_step`` counts encoder/critic updates, i.e. iterations (batches): the authors' 2e5
-"steps" are encoder/critic iterations (spec §5.3, §12 row 14), so ``trainer.max_steps=200000`` gives 4e4 generator
+"steps" are encoder/critic iterations (authors' code), so ``trainer.max_steps=200000`` gives 4e4 generator
 updates. The generator's optimizer is stepped unwrapped, so it is not counted; after ``global_step`` iterations the
 generator has made ``global_step // n_critic`` updates. The schedule reads the global step, which checkpoints
 restore, so a resumed run continues the schedule exactly; both optimizers' states are in every checkpoint.
@@ -53,10 +54,11 @@ PENALTY_ISLAND = register_island("models.gan.InfoWGAN.gradient_penalty_at", "the
 INTERVENTION_BASES = ("prior", "data")  # where interventions.png starts (InfoWGAN's intervene_on)
 
 
-# -- the loss pieces (spec qlae.md §4.7) -----------------------------------------------------------------
+# -- the loss pieces (QLAE Alg. 3) -----------------------------------------------------------------------
 def interpolate(x_real: torch.Tensor, x_fake: torch.Tensor, epsilon: torch.Tensor | None = None) -> torch.Tensor:
-    """x̃ = ε·x_real + (1 − ε)·x_fake with one ε ~ U[0, 1] per sample, broadcast over C, H, W (spec §4.7;
-    Gulrajani et al. 2017 Alg. 1). ``epsilon`` (B,) fixes the weights (tests). Returned with ``requires_grad``."""
+    """x̃ = ε·x_real + (1 − ε)·x_fake with one ε ~ U[0, 1] per sample, broadcast over C, H, W (QLAE Alg. 3
+    line 9; Gulrajani et al. 2017 Alg. 1). ``epsilon`` (B,) fixes the weights (tests). Returned with
+    ``requires_grad``."""
     if epsilon is None:
         epsilon = torch.rand(x_real.shape[0], device=x_real.device, dtype=x_real.dtype)
     eps = epsilon.reshape(-1, *([1] * (x_real.dim() - 1)))
@@ -64,32 +66,35 @@ def interpolate(x_real: torch.Tensor, x_fake: torch.Tensor, epsilon: torch.Tenso
 
 
 def penalty_from_gradients(values: torch.Tensor, x_interp: torch.Tensor) -> torch.Tensor:
-    """Two-sided gradient penalty mean_i (‖∇_x̃ C(x̃_i)‖₂ − 1)² from the critic's values at the interpolates: the
-    norm is taken over each sample's whole C×H×W input gradient (spec §4.7). Differentiable (``create_graph``)."""
+    """Two-sided gradient penalty mean_i (‖∇_x̃ C(x̃_i)‖₂ − 1)² from the critic's values at the interpolates:
+    the norm is taken over each sample's whole C×H×W input gradient (authors' code). Differentiable
+    (``create_graph``)."""
     (grad,) = torch.autograd.grad(values.sum(), x_interp, create_graph=True)
     return (grad.flatten(1).norm(dim=1) - 1).pow(2).mean()
 
 
 def gradient_penalty(critic: Callable[[torch.Tensor], torch.Tensor], x_real: torch.Tensor, x_fake: torch.Tensor,
                      epsilon: torch.Tensor | None = None) -> torch.Tensor:
-    """WGAN-GP penalty of ``critic`` (images -> (B,) values) on per-sample interpolates of real and fake images
-    (spec §4.7; Gulrajani et al. 2017 eq. 3). The model computes the same quantity inside its one batched trunk
-    pass (:func:`interpolate` + :func:`penalty_from_gradients`)."""
+    """WGAN-GP penalty of ``critic`` (images -> (B,) values) on per-sample interpolates of real and fake
+    images (QLAE Alg. 3 line 10; Gulrajani et al. 2017 eq. 3). The model computes the same quantity inside its
+    one batched trunk pass (:func:`interpolate` + :func:`penalty_from_gradients`)."""
     x_interp = interpolate(x_real, x_fake, epsilon)
     return penalty_from_gradients(critic(x_interp), x_interp)
 
 
 def latent_reconstruction(z_hat: torch.Tensor, z_target: torch.Tensor) -> torch.Tensor:
-    """MSE(ẑ(x_fake), z_fake): mean over the n_z dimensions, then over the batch (spec §4.7, authors' code)."""
+    """MSE(ẑ(x_fake), z_fake): mean over the n_z dimensions, then over the batch (QLAE Alg. 3; authors'
+    code)."""
     return F.mse_loss(z_hat, z_target)
 
 
 def sample_prior(latent: LatentModule, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """n draws of z_fake from the latent module's prior (spec §3.1, §3.4): :meth:`LatentModule.sample_prior`, i.e.
-    for :class:`~disentangle.quantizers.LatentQuantizer` each dimension j independently takes a uniformly chosen
-    value of its codebook V_j (uniform over the n_v^{n_z} grid; a gather, so V receives gradients through the
-    sample, as in the authors' code), for :class:`~disentangle.quantizers.ContinuousLatent` U[0, 1]^{n_z}.
-    ValueError (one line) for a module without a prior."""
+    """n draws of z_fake from the latent module's prior (QLAE Alg. 3, z_fake ~ Z):
+    :meth:`LatentModule.sample_prior`, i.e. for :class:`~disentangle.quantizers.LatentQuantizer` each
+    dimension j independently takes a uniformly chosen value of its codebook V_j (uniform over the n_v^{n_z}
+    grid; a gather, so V receives gradients through the sample, as in the authors' code), for
+    :class:`~disentangle.quantizers.ContinuousLatent` U[0, 1]^{n_z}. ValueError (one line) for a module
+    without a prior."""
     return latent.sample_prior(n, device)
 
 
@@ -107,8 +112,8 @@ def frozen(*modules: nn.Module) -> Iterator[None]:
 
 
 class InfoWGAN(LatentModel):
-    """InfoWGAN-GP / QLInfoWGAN-GP (spec qlae.md §4.7, Alg. 3): a generator whose latent is recovered by an encoder
-    sharing its trunk with a Wasserstein critic; which one is decided by the latent module.
+    """InfoWGAN-GP / QLInfoWGAN-GP (QLAE paper §2.2, Alg. 3): a generator whose latent is recovered by an
+    encoder sharing its trunk with a Wasserstein critic; which one is decided by the latent module.
 
     Args:
         arch: {"encoder": factory, "decoder": factory} (Hydra ``_partial_``), as for the autoencoders; the decoder is
@@ -118,17 +123,18 @@ class InfoWGAN(LatentModel):
         n_latents: n_z (2 × the number of factors in the configs).
         in_channels, resolution: image shape, from the data module.
         optimizer: lr, betas, eps, weight_decay, clip_value, clip_undecayed as for the autoencoders (validated by
-            the same code); the same values for both optimizers (spec §5.3). No lr schedule.
+            the same code); the same values for both optimizers (Table 10). No lr schedule.
         batch_size: real images per iteration (64 in the paper); every prior batch has the same size.
-        n_critic: n_e:g, encoder/critic updates per generator update (5, authors' code; spec §12 row 13).
+        n_critic: n_e:g, encoder/critic updates per generator update (5, authors' code; the paper gives no
+            value).
         value_weight, gradient_penalty_weight, latent_weight: λ_value = 1, λ_gp = 10, λ_latent = 200 (Table 10);
             λ_latent = 0 is a plain WGAN-GP. The quantize/commit weights are the latent module's (0.01 each).
         tuned: the config's per-dataset table, kept for the record (values are already interpolated).
         dataset_size: accepted for the shared constructor call; unused.
         n_samples_figure: generated images in ``samples.png``, which the evaluation callback writes with the final
             evaluation from fixed prior draws (seed 0, the same for every run); 0 = none.
-        intervene_on: where ``interventions.png`` starts its latent sweeps: ``"prior"`` (the authors' code, spec
-            qlae.md §9.1 item 6: a fixed prior draw, seed 0) or ``"data"`` (the first evaluation image's encoded
+        intervene_on: where ``interventions.png`` starts its latent sweeps: ``"prior"`` (the authors' code: a
+            fixed prior draw, seed 0) or ``"data"`` (the first evaluation image's encoded
             latent, as for the autoencoders).
     """
 
@@ -164,7 +170,7 @@ class InfoWGAN(LatentModel):
             if not float(value) >= 0:  # also rejects NaN
                 raise ValueError(f"model.{key} must be a number >= 0 (got {value})")
             loss_weights[key.removesuffix("_weight")] = float(value)
-        # the generator outputs logits; image = sigmoid (spec §4.7)
+        # the generator outputs logits; image = sigmoid (authors' code)
         super().__init__(arch, latent, n_latents, in_channels=in_channels, resolution=resolution,
                          optimizer=optimizer, batch_size=batch_size, name=name, tuned=tuned,
                          dataset_size=dataset_size, reconstruction="bce", init=init)
@@ -175,7 +181,7 @@ class InfoWGAN(LatentModel):
         except ValueError as exc:
             raise ValueError(f"model.arch.encoder: {exc}") from exc
         if self.optim_cfg["schedule"] is not None:
-            raise ValueError("model.optimizer.schedule is not supported by the GANs (constant lr, spec qlae.md §5.3)")
+            raise ValueError("model.optimizer.schedule is not supported by the GANs (the authors' constant lr)")
         if isinstance(n_samples_figure, bool) or int(n_samples_figure) != n_samples_figure or n_samples_figure < 0:
             raise ValueError(f"model.n_samples_figure must be an integer >= 0 (got {n_samples_figure})")
         self.n_samples_figure = int(n_samples_figure)
@@ -191,7 +197,7 @@ class InfoWGAN(LatentModel):
     # -- the model contract (what differs from the autoencoders) -------------------------------------------
     @property
     def generator(self) -> nn.Module:
-        """The generator G (the configured decoder; spec §2.3)."""
+        """The generator G (the configured decoder; QLAE App. C.3)."""
         return self.decoder
 
     @property
@@ -211,8 +217,9 @@ class InfoWGAN(LatentModel):
     @torch.no_grad()
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(representation, "reconstruction") of real images: the representation is the encoder's latent of x
-        (quantized for QLInfoWGAN-GP, raw for InfoWGAN-GP; spec §8.1); the reconstruction is sigmoid(G(ẑ(x))),
-        the generator applied to the encoder's latent, which is what the paper's GAN PSNR measures (spec §8.7)."""
+        (quantized for QLInfoWGAN-GP, raw for InfoWGAN-GP; authors' code); the reconstruction is
+        sigmoid(G(ẑ(x))), the generator applied to the encoder's latent, which is what the paper's GAN PSNR
+        measures (Tables 12–15)."""
         return super().embed(x)
 
     @torch.no_grad()
@@ -243,7 +250,7 @@ class InfoWGAN(LatentModel):
             return self.prior_draws(len(x), seed=0)
         return self.embed(x)[0]
 
-    # -- the two objectives (spec §4.7) ---------------------------------------------------------------------
+    # -- the two objectives (QLAE Alg. 3) --------------------------------------------------------------------
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of the shared trunk: (critic values (B,), latent head output (B, in_features))."""
         features = self.encoder.forward_features(x)
@@ -256,11 +263,12 @@ class InfoWGAN(LatentModel):
 
     def critic_terms(self, x_real: torch.Tensor, z_fake: torch.Tensor | None = None,
                      epsilon: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        """Unweighted terms of the encoder/critic loss L_E and their weights (spec §4.7):
-        ``value`` = mean C(x_fake) − mean C(x_real), ``gradient_penalty``, ``latent`` = MSE(ẑ(x_fake), z_fake) and,
-        for a quantized latent, ``quantize``/``commit`` of ẑ(x_fake). x_fake = sigmoid(G(z_fake)) is a constant
-        here (the generator is not updated in this step; spec §4.7). Real and fake images go through the trunk in
-        one batch (no layer mixes samples). ``z_fake``/``epsilon`` fix the prior draw and the interpolation."""
+        """Unweighted terms of the encoder/critic loss L_E and their weights (QLAE Alg. 3, lines 8–13):
+        ``value`` = mean C(x_fake) − mean C(x_real), ``gradient_penalty``, ``latent`` = MSE(ẑ(x_fake), z_fake)
+        and, for a quantized latent, ``quantize``/``commit`` of ẑ(x_fake). x_fake = sigmoid(G(z_fake)) is a
+        constant here (the generator is not updated in this step; Alg. 3 line 14). Real and fake images go
+        through the trunk in one batch (no layer mixes samples). ``z_fake``/``epsilon`` fix the prior draw and
+        the interpolation."""
         n = x_real.shape[0]
         with torch.no_grad():
             if z_fake is None:
@@ -288,9 +296,10 @@ class InfoWGAN(LatentModel):
 
     def generator_terms(self, n: int, z_fake: torch.Tensor | None = None
                         ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        """Unweighted terms of the generator loss L_G and their weights (spec §4.7): ``value`` = −mean C(x_fake),
-        ``latent`` = MSE(ẑ(x_fake), z_fake) and ``quantize``/``commit`` for a quantized latent. The codebook V gets
-        gradients through the sampled z_fake (generator input and MSE target) and ``quantize``, not through ẑ."""
+        """Unweighted terms of the generator loss L_G and their weights (QLAE Alg. 3, lines 18–21):
+        ``value`` = −mean C(x_fake), ``latent`` = MSE(ẑ(x_fake), z_fake) and ``quantize``/``commit`` for a
+        quantized latent. The codebook V gets gradients through the sampled z_fake (generator input and MSE
+        target) and ``quantize``, not through ẑ."""
         if z_fake is None:
             z_fake = sample_prior(self.latent, n, self.device)
         values, pre = self._heads(self.to_image(self.network("decoder")(z_fake)))
@@ -341,9 +350,10 @@ class InfoWGAN(LatentModel):
         return loss
 
     def configure_optimizers(self):
-        """Two optimizers (spec §5.1, §5.3): encoder trunk + latent head + critic head; generator + latent module
-        (the codebook V). Each is AdamW over :func:`decay_groups`: weight decay and clipping on kernels, weight
-        matrices, norm scales and the generator's learned constant; none on biases, norm shifts and V."""
+        """Two optimizers (QLAE Alg. 3, lines 14 and 22–23; groups as in the authors' code): encoder trunk +
+        latent head + critic head; generator + latent module (the codebook V). Each is AdamW over
+        :func:`decay_groups`: weight decay and clipping on kernels, weight matrices, norm scales and the
+        generator's learned constant; none on biases, norm shifts and V."""
         cfg = self.optim_cfg
         kwargs = {"lr": cfg["lr"], "betas": cfg["betas"], "eps": cfg["eps"]}
         critic = decay_groups({"encoder": self.encoder, "critic": self.critic}, cfg["weight_decay"])

@@ -1,15 +1,16 @@
 """Lachapelle et al.'s (2023) image decoders, non-additive and additive: the decoders of Cliff's balls experiment and
-of its Additive Decoder baseline (paper G.2, F.3; spec cliff.md §4.2, §6.2).
+of its Additive Decoder baseline (Cliff paper App. G.2, F.3).
 
-:class:`LachapelleDecoder`: z -> Linear(d, 512) + BatchNorm1d + LeakyReLU(0.01) -> ``n_hidden_blocks`` x [Linear(512,
-512) + BatchNorm1d + LeakyReLU] -> Linear(512, 1024) + BatchNorm1d + LeakyReLU, reshaped to (64, 4, 4) -> transposed
-convs (kernel 4, stride 2, padding 1) 64 -> 64 -> 32 -> 32 -> C, LeakyReLU(0.01) after each but the last. The paper
-lists 5 blocks 512 x 512 and a LeakyReLU after every deconvolution; the authors' code (spec §4.2 [EXT:repo]), which
-this follows by default, has 4 such blocks then the 512 -> 1024 projection the deconvolutions need, and no activation
-on the output (``output_activation=True`` adds the paper's). The output is the image itself (centred to [-0.5, 0.5]
-under ``model.reconstruction=mse``), not logits.
+:class:`LachapelleDecoder`: z -> Linear(d, 512) + BatchNorm1d + LeakyReLU(0.01) -> ``n_hidden_blocks`` x
+[Linear(512, 512) + BatchNorm1d + LeakyReLU] -> Linear(512, 1024) + BatchNorm1d + LeakyReLU, reshaped to
+(64, 4, 4) -> transposed convs (kernel 4, stride 2, padding 1) 64 -> 64 -> 32 -> 32 -> C, LeakyReLU(0.01)
+after each but the last. The paper lists 5 blocks 512 x 512 and a LeakyReLU after every deconvolution; the
+authors' code (divyat09/additive_decoder_extrapolation), which this follows by default, has 4 such blocks then
+the 512 -> 1024 projection the deconvolutions need, and no activation on the output
+(``output_activation=True`` adds the paper's). The output is the image itself (centred to [-0.5, 0.5] under
+``model.reconstruction=mse``), not logits.
 
-:class:`AdditiveDecoder` (spec §6.2): f(z) = sum over latent blocks B of f^(B)(z_B), each f^(B) a
+:class:`AdditiveDecoder` (Cliff App. F.3): f(z) = sum over latent blocks B of f^(B)(z_B), each f^(B) a
 :class:`LachapelleDecoder` of the block's width; the latent is cut into ``n_blocks`` equal contiguous blocks (the
 authors: ``torch.split(z, d / n_blocks)``; balls: (z1, z2) and (z3, z4)).
 
@@ -45,7 +46,7 @@ MAP_CHANNELS = 64                      # channels of the 4x4 map the fully conne
 
 
 class LachapelleDecoder(BaseDecoder):
-    """Lachapelle et al.'s non-additive decoder (module doc; spec cliff.md §4.2).
+    """Lachapelle et al.'s non-additive decoder (module doc; Cliff App. G.2).
 
     Args:
         in_features: latent width d. out_channels: image channels C. resolution: 8, 16, 32 or 64 (log2(R / 4)
@@ -99,8 +100,8 @@ class LachapelleDecoder(BaseDecoder):
 
 
 class AdditiveDecoder(BaseDecoder):
-    """f(z) = Σ_B f^(B)(z_B) over ``n_blocks`` equal contiguous latent blocks (spec cliff.md §6.2); every f^(B) is a
-    :class:`LachapelleDecoder` with ``in_features / n_blocks`` inputs and the other options given here."""
+    """f(z) = Σ_B f^(B)(z_B) over ``n_blocks`` equal contiguous latent blocks (Cliff App. F.3); every f^(B) is
+    a :class:`LachapelleDecoder` with ``in_features / n_blocks`` inputs and the other options given here."""
 
     def __init__(self, in_features: int, out_channels: int, resolution: int, n_blocks: int = 2, **decoder_options):
         super().__init__()

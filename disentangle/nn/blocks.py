@@ -9,12 +9,13 @@ Contract every encoder/decoder in this package follows (the training code relies
   (image = sigmoid(logits)); with ``return_activations=True`` it returns ``(logits, activations)`` where
   ``activations`` is a dict of named intermediate tensors whose keys are ``decoder.activation_names``.
   ``decoder.hessian_layers`` names the activations a Hessian penalty regularizes by default.
-* No layer mixes samples across the batch (no BatchNorm): a Hessian penalty decodes perturbed copies of the latents
-  in one batched call, so sample ``i``'s output must not depend on the other batch members (tripod spec §4.3).
+* No layer mixes samples across the batch (no BatchNorm): a Hessian penalty decodes perturbed copies of the
+  latents in one batched call, so sample ``i``'s output must not depend on the other batch members (Tripod
+  Alg. 1, lines 14–22).
 
 Naming of the activations (the same for every decoder): ``"cond"`` is the output of the decoder's conditioning /
 mapping MLP; ``"block0"``, ``"block1"``, ``"block2"`` are the outputs of the first three up-sampling stages, i.e.
-the 8×8, 16×16 and 32×32 feature maps at resolution 64 (tripod spec §4.3: the logits are not regularized);
+the 8×8, 16×16 and 32×32 feature maps at resolution 64 (as in Tripod's code: the logits are not regularized);
 ``"logits"`` is the output. The stage that produces the full-resolution output is never a ``block*`` entry, so a
 decoder with ``n = log2(R / 4)`` up-sampling stages exposes ``min(n - 1, 3)`` blocks (R = 32: block0, block1;
 R = 16: block0).
@@ -42,7 +43,7 @@ __all__ = [
 
 # Every architecture ends/starts at a 4×4 bottleneck; each stage halves/doubles the spatial size.
 BOTTLENECK = 4
-# Activations a Hessian penalty regularizes by default (tripod spec §4.3); fewer exist at small resolutions.
+# Activations a Hessian penalty regularizes by default (Tripod's code); fewer exist at small resolutions.
 MAX_BLOCKS = 3
 
 
@@ -160,7 +161,7 @@ class BaseDecoder(nn.Module):
 
 def output_norm(channels: int, enabled: bool) -> nn.Module:
     """Affine-free instance norm of a block output (naive Tripod's activation normalisation for the vanilla Hessian
-    penalty, tripod spec §9 item 3), or the identity."""
+    penalty, Tripod §4.1), or the identity."""
     return nn.GroupNorm(channels, channels, eps=1e-5, affine=False) if enabled else nn.Identity()
 
 

@@ -1,9 +1,9 @@
 """Spatial-broadcast decoder (Watters et al. 2019), the decoder of Friede et al.'s Circles experiment
-(categorical_vae.md §8 Table 3, §16).
+(Friede et al. App. 5, Table 3; §3.3 and App. 7.0.2).
 
 Table 3: input z ∈ R^n → tile to 64×64×n → concatenate 2 coordinate channels (64×64×(n+2)) → Conv → Conv → Conv,
-the last one giving the image's logits. The paper's channel counts and kernel sizes are stripped (spec §18 item 12);
-the defaults follow the spec's suggestion [R, Watters et al.]: ``hidden`` = 64 channels, 3×3 kernels, stride 1,
+the last one giving the image's logits. The paper's channel counts and kernel sizes are stripped; the
+defaults are our choice, after Watters et al.: ``hidden`` = 64 channels, 3×3 kernels, stride 1,
 ReLU between layers, coordinates ``linspace(-1, 1)`` along x (columns) and y (rows).
 
 ``padding="same"`` (default, Table 3): the grid is R×R and every conv pads by ``kernel_size // 2``.
@@ -35,7 +35,7 @@ PADDINGS = ("same", "valid")
 
 
 class BroadcastDecoder(BaseDecoder):
-    """Spatial-broadcast decoder, see the module doc (categorical_vae.md §8 Table 3).
+    """Spatial-broadcast decoder, see the module doc (Friede et al. App. 5, Table 3).
 
     Args:
         in_features: latent width n.

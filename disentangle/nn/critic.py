@@ -1,4 +1,5 @@
-"""The Wasserstein critic of the QLAE paper's GANs: a linear head on the encoder's shared trunk (qlae spec §2.2).
+"""The Wasserstein critic of the QLAE paper's GANs: a linear head on the encoder's shared trunk (the authors'
+code; QLAE paper Alg. 3).
 
 The GANs' encoder and critic are one network with two heads: the encoder's conv + dense trunk
 (``encoder.forward_features``) feeds both the latent head (``encoder.head``) and :class:`CriticHead`, a
@@ -18,7 +19,7 @@ __all__ = ["CriticHead", "trunk_width"]
 
 class CriticHead(nn.Module):
     """Critic value C(x) = w·features(x) + b: Linear(in_features, 1) with bias, PyTorch's default init (the repo's
-    equinox init, spec §2.4). Returns one scalar per sample, shape (B,)."""
+    equinox init). Returns one scalar per sample, shape (B,)."""
 
     def __init__(self, in_features: int):
         super().__init__()
@@ -37,6 +38,6 @@ def trunk_width(encoder: nn.Module) -> int:
         # ValueError, not TypeError: the project's contract is one exception type for every bad option.
         raise ValueError(  # noqa: TRY004
             f"{type(encoder).__name__} has no forward_features trunk with a Linear head: the GAN's critic shares "
-            f"the encoder's trunk (qlae spec §2.2); e.g. model/arch=qlae, small or tripod"
+            f"the encoder's trunk (QLAE authors' code); e.g. model/arch=qlae, small or tripod"
         )
     return int(head.in_features)

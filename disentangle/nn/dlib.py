@@ -1,6 +1,7 @@
 """disentanglement_lib's convolutional encoder and deconvolutional decoder, as Friede et al. use them
-(categorical_vae.md §8; Locatello et al. 2019). 64x64 images only, ReLU everywhere, PyTorch default init (the
-model's ``init`` re-initialises: Haiku's for Friede et al.'s code, Glorot's for disentanglement_lib; nn.init).
+(Friede et al. App. 5, Table 2; Locatello et al. 2019). 64x64 images only, ReLU everywhere, PyTorch default
+init (the model's ``init`` re-initialises: Haiku's for Friede et al.'s code, Glorot's for disentanglement_lib;
+nn.init).
 
 Encoder: Conv(32, 4x4, s2, p1) → Conv(32, 4x4, s2, p1) → Conv(64, 2x2, s2) → Conv(64, 2x2, s2) → flatten (1024)
 → FC(256) → FC(out_features): 2·n for a Gaussian (μ, log σ²), n·m logits for the categorical latent.

@@ -1,5 +1,5 @@
-"""FactorQVAE's DALL-E-style residual encoder and decoder (Baykal et al.; spec factorqvae.md §3.2, the authors'
-code, which fills in what the paper's Table 4 leaves out: the n/4 bottleneck, the 1x1 shortcut and the 1/36 gain).
+"""FactorQVAE's DALL-E-style residual encoder and decoder (Baykal et al. App. A.3; the authors' code,
+which fills in what the paper's Table 4 leaves out: the n/4 bottleneck, the 1x1 shortcut and the 1/36 gain).
 
 Encoder: Conv3x3(C→128) → 2 EncoderBlocks(128) → MaxPool → 2 EncoderBlocks(→256) → MaxPool → 2 EncoderBlocks(→512)
 → flatten (512·(R/4)²) → ReLU → Linear(128) → ReLU → Linear(128) → ReLU → Linear(out_features). Images enter
@@ -81,7 +81,7 @@ class DalleEncoder(BaseEncoder):
 
 class DalleDecoder(BaseDecoder):
     """See the module doc. ``seed_channels``: channels of the (R/4)² seed tensor (64, authors' code; the paper's
-    Table 4 writes 16, spec A6). Activations: ``"cond"`` (the seed, flattened), ``"block0"`` (512 x R/2 x R/2),
+    App. A.3 writes 16). Activations: ``"cond"`` (the seed, flattened), ``"block0"`` (512 x R/2 x R/2),
     ``"logits"``; ``hessian_layers = ("cond", "block0")`` (the full-resolution stages are not regularized)."""
 
     def __init__(self, in_features: int, out_channels: int, resolution: int, channels: int = 128,

@@ -4,7 +4,7 @@ the authors' started (``model.init``, ``fidelity=authors_code``; docs/fidelity.m
 * ``pytorch``: PyTorch's layer defaults (Kaiming-uniform weights, uniform biases), left as built.
 * ``haiku``: Haiku's defaults (Friede et al.'s JAX code): weights from a normal truncated at two standard deviations,
   standard deviation 1/sqrt(fan_in) with fan_in = the layer's inputs times its kernel area (for a transposed
-  convolution, its input channels times the kernel area), zero biases (categorical_vae.md §8).
+  convolution, its input channels times the kernel area), zero biases (docs/fidelity.md).
 * ``glorot``: TensorFlow 1's ``tf.layers`` defaults (disentanglement_lib, Locatello et al.): Glorot-uniform weights,
   limit sqrt(6 / (fan_in + fan_out)), zero biases.
 * ``normal_0.02``: N(0, 0.02) weights and zero biases (the FactorQVAE authors' ``weights_init`` for their

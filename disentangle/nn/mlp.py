@@ -1,4 +1,4 @@
-"""A fully connected encoder for vector observations: Cliff's synthetic-data encoder (paper G.1; spec cliff.md §4.1).
+"""A fully connected encoder for vector observations: Cliff's synthetic-data encoder (Cliff paper App. G.1).
 
 G.1: Linear(2, 50) + tanh, Linear(50, 100) + tanh, Linear(100, 50) + tanh, Linear(50, 2); the defaults
 (``hidden=(50, 100, 50)``, ``activation="tanh"``) give exactly this for 2-D data and 2 latents (10,402 parameters).

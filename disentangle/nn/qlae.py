@@ -1,7 +1,7 @@
-"""QLAE's conv encoder and StyleGAN-like decoder (qlae spec §2; Hsu et al. 2023).
+"""QLAE's conv encoder and StyleGAN-like decoder (QLAE paper App. C.3; Hsu et al. 2023).
 
-Paper-vs-repo conflicts (qlae spec §12 rows 1–4, 23) are exposed as options. The defaults follow the spec's
-recommendation, which is the paper's choice; the alternative option value reproduces the authors' JAX code:
+Where the paper (App. C.3) and the authors' JAX code (kylehkhsu/latent_quantization) differ, an option
+chooses. The defaults are the paper's choice; the alternative option value reproduces the authors' code:
 
 =====================  ==============================  ==========================================
 option                 default (paper)                 authors' code
@@ -12,14 +12,16 @@ option                 default (paper)                 authors' code
 ``adain_relu``         False: plain affine A(w)        True: ReLU(A(w)), scale and bias ≥ 0
 =====================  ==============================  ==========================================
 
-With the plain affine AdaIN (default) the scale half of A's bias is initialised to 1 so that every style layer
-starts close to the identity map (spec §12 row 4). ConvTranspose kernels always use the repo's init
-U(±1/sqrt(C_in·k²)) (spec §2.4, §12 row 23), everything else PyTorch's defaults (identical to equinox's).
+With the plain affine AdaIN (default) the scale half of A's bias is initialised to 1 so that every style
+layer starts close to the identity map (our choice; the paper does not say). ConvTranspose kernels always use
+the repo's init U(±1/sqrt(C_in·k²)) (equinox's default), everything else PyTorch's defaults (identical to
+equinox's).
 
-Configured like the repo (``output_kernel=3, adain_relu=True``) the parameter counts equal spec §2.5 exactly.
+Configured like the repo (``output_kernel=3, adain_relu=True``) the parameter counts equal the repo's exactly.
 
-Resolutions 16, 32 and 64 are supported: a resolution R uses log2(R/4) blocks, taking the spec's block widths from
-the end nearest the 4×4 bottleneck (R = 32: encoder widths 64, 128, 256; decoder widths 256, 128, 64).
+Resolutions 16, 32 and 64 are supported: a resolution R uses log2(R/4) blocks, taking the paper's block
+widths from the end nearest the 4×4 bottleneck (R = 32: encoder widths 64, 128, 256; decoder widths 256, 128,
+64).
 """
 
 from __future__ import annotations
@@ -42,14 +44,14 @@ from .blocks import (
 __all__ = ["ConvEncoder", "StyleDecoder"]
 
 SUPPORTED_RESOLUTIONS = (16, 32, 64)
-ENCODER_WIDTHS = (32, 64, 128, 256)  # spec §2.1, input side first; the last one is the 4×4 bottleneck width
-DECODER_WIDTHS = (256, 128, 64, 32)  # spec §2.3, bottleneck side first
-HIDDEN = 256  # dense/mapping width (spec §2.1, §2.3)
-IN_EPS = 1e-6  # the repo's GroupNorm epsilon (spec §2.1)
+ENCODER_WIDTHS = (32, 64, 128, 256)  # paper App. C.3, input side first; the last is the 4×4 bottleneck width
+DECODER_WIDTHS = (256, 128, 64, 32)  # paper App. C.3, bottleneck side first
+HIDDEN = 256  # dense/mapping width (paper App. C.3)
+IN_EPS = 1e-6  # the authors' code's GroupNorm epsilon
 
 
 class ConvNormAct(nn.Module):
-    """Bias-free conv followed by instance norm (affine) and LeakyReLU, in either order (qlae spec §2.1).
+    """Bias-free conv followed by instance norm (affine) and LeakyReLU, in either order (QLAE paper App. C.3).
 
     ``norm_before_act=False``: paper order conv → LReLU → IN; ``True``: repo order conv → IN → LReLU.
     """
@@ -70,16 +72,17 @@ class ConvNormAct(nn.Module):
 
 
 class ConvEncoder(BaseEncoder):
-    """QLAE encoder (qlae spec §2.1): 4 conv blocks (32, 64, 128, 256) → 256×4×4 → MLP 4096→256→256 → head.
+    """QLAE encoder (paper App. C.3): 4 conv blocks (32, 64, 128, 256) → 256×4×4 → MLP 4096→256→256 → head.
 
     Each block: two 3×3/s1 convs then one 4×4/s2 conv (padding 1, no bias), each followed by instance norm and
-    LeakyReLU. The trunk's 256-d output (``forward_features``) is what a GAN critic head would use (spec §2.2).
+    LeakyReLU. The trunk's 256-d output (``forward_features``) is what a GAN critic head would use (authors'
+    code).
 
     Args:
         in_channels: image channels.
         resolution: image side, one of 16, 32, 64 (64 in the paper).
         out_features: head width (n_z for AE/QLAE; 2·n_z for VAEs; 64·n_z for VQ-VAE).
-        norm_before_act: False (default, paper §2.1): LReLU then IN; True: IN then LReLU as in the authors' code.
+        norm_before_act: False (default, App. C.3): LReLU then IN; True: IN then LReLU (authors' code).
         negative_slope: LeakyReLU slope; 0.3 (default, paper) or 0.2 (authors' code).
     """
 
@@ -106,7 +109,7 @@ class ConvEncoder(BaseEncoder):
                 layers.append(ConvNormAct(cin, width, kernel, stride, negative_slope, norm_before_act))
                 cin = width
         self.convs = nn.Sequential(*layers)
-        # Dense layers have bias and no normalisation; ReLU (not LeakyReLU) as in spec §2.1.
+        # Dense layers have bias and no normalisation; ReLU (not LeakyReLU) as in paper App. C.3.
         self.dense = nn.Sequential(
             nn.Flatten(),
             nn.Linear(cin * 4 * 4, HIDDEN),
@@ -117,7 +120,7 @@ class ConvEncoder(BaseEncoder):
         self.head = nn.Linear(HIDDEN, self.out_features)
 
     def forward_features(self, x: Tensor) -> Tensor:
-        """The 256-d trunk output (``features`` in spec §2.1), before the head."""
+        """The 256-d trunk output (``features`` in the authors' code), before the head."""
         self._check_input(x)
         return self.dense(self.convs(x))
 
@@ -126,11 +129,11 @@ class ConvEncoder(BaseEncoder):
 
 
 class StyleLayer(nn.Module):
-    """One style-decoding layer (qlae spec §2.3): ConvT (no bias) → LReLU → IN (no affine) → AdaIN from w.
+    """One style-decoding layer (paper App. C.3): ConvT (no bias) → LReLU → IN (no affine) → AdaIN from w.
 
     AdaIN: ``[scale, bias] = A(w)`` with a per-layer Linear(256, 2·C_out); ``x ← x·scale + bias``.
     ``adain_relu=True`` applies ReLU to A(w) as the authors' code does; otherwise (paper) A is a plain affine map
-    whose scale bias starts at 1 (spec §12 row 4).
+    whose scale bias starts at 1 (our choice).
     """
 
     def __init__(
@@ -145,7 +148,7 @@ class StyleLayer(nn.Module):
     ):
         super().__init__()
         self.conv = nn.ConvTranspose2d(cin, cout, kernel, stride, padding=1, bias=False)
-        # PyTorch derives ConvTranspose fan-in from the weight's dim 1 (C_out); the repo uses C_in·k² (spec §2.4).
+        # PyTorch derives ConvTranspose fan-in from the weight's dim 1 (C_out); the repo (equinox): C_in·k².
         uniform_fan_in_(self.conv.weight, cin * kernel * kernel)
         self.act = nn.LeakyReLU(negative_slope)
         self.norm = nn.GroupNorm(cout, cout, eps=IN_EPS, affine=False)
@@ -165,7 +168,7 @@ class StyleLayer(nn.Module):
 
 
 class StyleDecoder(BaseDecoder):
-    """QLAE's StyleGAN-like decoder (qlae spec §2.3).
+    """QLAE's StyleGAN-like decoder (QLAE paper App. C.3).
 
     z → mapping MLP (n_in→256→256, ReLU) = w (``"cond"``); a learned 256×4×4 constant (init 0.1) passes through
     4 blocks (widths 256, 128, 64, 32) of two 3×3/s1 style layers and one 4×4/s2 up-sampling style layer, each

@@ -1,5 +1,5 @@
 """ResNet-18 trunk and Lachapelle et al.'s (2023) image encoder, the encoder of Cliff's balls experiment
-(paper G.2 / F.3; spec cliff.md §4.2).
+(Cliff paper App. G.2 / F.3).
 
 :class:`ResNet18Trunk` is the standard ResNet-18 (He et al. 2016) up to and including the global average pooling,
 i.e. torchvision's ``resnet18()`` without its final ``fc`` (11,176,512 parameters for RGB input): a 7x7/2 conv
@@ -8,8 +8,9 @@ stride 1, 2, 2, 2; a 1x1 conv + BatchNorm shortcut where the shape changes), the
 Written here (torchvision is not a dependency); initialised like torchvision (Kaiming-normal fan-out convs,
 BatchNorm scale 1 / shift 0), from scratch (Lachapelle et al.: ``pretrained=False``).
 
-:class:`LachapelleEncoder` (spec §4.2): the trunk's 512 features, then ``n_blocks`` = 5 fully connected blocks
-Linear(512, 512) + BatchNorm1d + LeakyReLU(0.01), then Linear(512, d) + BatchNorm1d(d) as the latent output.
+:class:`LachapelleEncoder` (Cliff App. G.2): the trunk's 512 features, then ``n_blocks`` = 5 fully connected
+blocks Linear(512, 512) + BatchNorm1d + LeakyReLU(0.01), then Linear(512, d) + BatchNorm1d(d) as the latent
+output.
 
 Note on the encoder contract of :mod:`disentangle.nn.blocks`: these networks use BatchNorm, as the authors' do, so
 in training mode a sample's output depends on its batch (evaluation uses the running statistics).
@@ -83,14 +84,14 @@ class ResNet18Trunk(nn.Module):
 
 
 def fc_block(in_features: int, out_features: int, negative_slope: float, batch_norm: bool = True) -> nn.Sequential:
-    """Linear + BatchNorm1d + LeakyReLU, Lachapelle et al.'s fully connected block (spec §4.2)."""
+    """Linear + BatchNorm1d + LeakyReLU, Lachapelle et al.'s fully connected block (Cliff App. G.2)."""
     return nn.Sequential(nn.Linear(in_features, out_features),
                          nn.BatchNorm1d(out_features) if batch_norm else nn.Identity(),
                          nn.LeakyReLU(negative_slope))
 
 
 class LachapelleEncoder(BaseEncoder):
-    """Lachapelle et al.'s balls encoder (spec cliff.md §4.2): ResNet-18 trunk -> ``n_blocks`` x [Linear(hidden,
+    """Lachapelle et al.'s balls encoder (Cliff App. G.2): ResNet-18 trunk -> ``n_blocks`` x [Linear(hidden,
     hidden) + BatchNorm1d + LeakyReLU] -> Linear(hidden, out_features) + BatchNorm1d(out_features).
 
     Args:

@@ -1,4 +1,4 @@
-"""Tripod's residual encoder and conditional residual decoder (tripod spec §6; from the authors' code [R]).
+"""Tripod's residual encoder and conditional residual decoder (the authors' code, kylehkhsu/tripod).
 
 Blocks (all convs/linears with bias, PyTorch default init ≈ equinox's):
 
@@ -13,8 +13,8 @@ Blocks (all convs/linears with bias, PyTorch default init ≈ equinox's):
 
 Every normalisation is per sample (instance / layer norm), so no output depends on other batch members.
 
-Resolutions 16, 32 and 64 are supported: R uses log2(R/4) stages, taking the spec's widths from the end nearest the
-4×4 bottleneck (R = 32: encoder stages 64, 128, 256 → 512; decoder stages 512, 256, 128 → logits).
+Resolutions 16, 32 and 64 are supported: R uses log2(R/4) stages, taking the authors' widths from the end
+nearest the 4×4 bottleneck (R = 32: encoder stages 64, 128, 256 → 512; decoder stages 512, 256, 128 → logits).
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ NORM_EPS = 1e-5  # equinox's GroupNorm/LayerNorm default
 
 
 def gelu() -> nn.Module:
-    # jax.nn.gelu defaults to the tanh approximation (spec §6).
+    # jax.nn.gelu defaults to the tanh approximation (authors' code).
     return nn.GELU(approximate="tanh")
 
 
 class ConvINAct(nn.Module):
-    """3×3 conv → affine instance norm → GELU (tripod spec §6)."""
+    """3×3 conv → affine instance norm → GELU (authors' code)."""
 
     def __init__(self, cin: int, cout: int):
         super().__init__()
@@ -62,7 +62,7 @@ class ConvINAct(nn.Module):
 
 
 class ResConvBlock(nn.Module):
-    """``skip(x) + ConvINAct(ConvINAct(x))``; skip is a 1×1 conv only when the width changes (tripod spec §6)."""
+    """``skip(x) + ConvINAct(ConvINAct(x))``; skip is a 1×1 conv only when widths change (authors' code)."""
 
     def __init__(self, cin: int, cout: int | None = None):
         super().__init__()
@@ -75,7 +75,7 @@ class ResConvBlock(nn.Module):
 
 
 class Downsample(nn.Module):
-    """Space-to-depth ×2 then a 1×1 conv from 4·cin to cout (tripod spec §6)."""
+    """Space-to-depth ×2 then a 1×1 conv from 4·cin to cout (authors' code)."""
 
     def __init__(self, cin: int, cout: int):
         super().__init__()
@@ -87,7 +87,7 @@ class Downsample(nn.Module):
 
 
 class Upsample(nn.Module):
-    """Nearest-neighbour ×2 then a 3×3 conv (tripod spec §6)."""
+    """Nearest-neighbour ×2 then a 3×3 conv (authors' code)."""
 
     def __init__(self, cin: int, cout: int):
         super().__init__()
@@ -98,14 +98,15 @@ class Upsample(nn.Module):
 
 
 class LinearLNAct(nn.Sequential):
-    """Linear → LayerNorm (affine) → GELU (tripod spec §6)."""
+    """Linear → LayerNorm (affine) → GELU (authors' code)."""
 
     def __init__(self, din: int, dout: int):
         super().__init__(nn.Linear(din, dout), nn.LayerNorm(dout, eps=NORM_EPS), gelu())
 
 
 class ConvAdaINAct(nn.Module):
-    """3×3 conv → instance norm (no affine) → ``x·(1 + scale) + shift`` from Linear(c) → GELU (tripod spec §6)."""
+    """3×3 conv → instance norm (no affine) → ``x·(1 + scale) + shift`` from Linear(c) → GELU
+    (authors' code)."""
 
     def __init__(self, cond_dim: int, cin: int, cout: int):
         super().__init__()
@@ -120,7 +121,7 @@ class ConvAdaINAct(nn.Module):
 
 
 class ResCondConvBlock(nn.Module):
-    """``skip(x) + ConvAdaINAct(ConvAdaINAct(x, c), c)`` (tripod spec §6)."""
+    """``skip(x) + ConvAdaINAct(ConvAdaINAct(x, c), c)`` (authors' code)."""
 
     def __init__(self, cond_dim: int, cin: int, cout: int | None = None):
         super().__init__()
@@ -134,13 +135,13 @@ class ResCondConvBlock(nn.Module):
 
 
 class ResidualEncoder(BaseEncoder):
-    """Tripod encoder (tripod spec §6): residual conv stages 32→64→128→256→512, global mean pool, MLP head.
+    """Tripod encoder (authors' code): residual conv stages 32→64→128→256→512, global mean pool, MLP head.
 
     Per stage: ResConvBlock(cin→w), ResConvBlock(w), Downsample(w→next). Then mean over H, W →
     LinearLNAct(512, 512) → Linear(512, out_features). About 4.10 M parameters for out_features = 12.
 
-    Inputs are images in [0, 1]; Tripod's networks expect [−1, 1] (spec §7 preprocessing), so the first op is
-    x → 2x − 1.
+    Inputs are images in [0, 1]; Tripod's networks expect [−1, 1] (the authors' preprocessing), so the first
+    op is x → 2x − 1.
 
     Args:
         in_channels: image channels.
@@ -168,7 +169,7 @@ class ResidualEncoder(BaseEncoder):
     def forward_features(self, x: Tensor) -> Tensor:
         """The 512-d pooled and MLP-processed features, before the head."""
         self._check_input(x)
-        h = self.trunk(2 * x - 1)  # [0, 1] → [−1, 1] (tripod spec §7)
+        h = self.trunk(2 * x - 1)  # [0, 1] → [−1, 1] (authors' code)
         return self.mlp(h.mean(dim=(2, 3)))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -176,7 +177,7 @@ class ResidualEncoder(BaseEncoder):
 
 
 class ResidualDecoder(BaseDecoder):
-    """Tripod decoder (tripod spec §6): learned 512×4×4 constant modulated by a conditioning MLP of z.
+    """Tripod decoder (authors' code): learned 512×4×4 constant modulated by a conditioning MLP of z.
 
     ``cond`` = LinearLNAct(n_z→256) → LinearLNAct(256→256). Per stage (widths 512, 256, 128, 64):
     ResCondConvBlock ×2 → Upsample to the next width (the last stage up-samples straight to ``out_channels``
@@ -189,7 +190,7 @@ class ResidualDecoder(BaseDecoder):
         resolution: 16, 32 or 64 (64 in the paper).
         normalize_outputs: if True, an affine-free instance norm follows each block* output (and feeds the next
             stage). Only the naive-Tripod ablation uses it (activation normalisation for the vanilla Hessian
-            penalty, spec §6, §9); Tripod itself uses False (default).
+            penalty, Tripod §4.1; authors' ``normalize_outputs``); Tripod itself uses False (default).
     """
 
     def __init__(self, in_features: int, out_channels: int, resolution: int, normalize_outputs: bool = False):

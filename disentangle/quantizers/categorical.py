@@ -1,5 +1,5 @@
 """The categorical latent of Friede et al.'s D-VAE: Gumbel-softmax over m ordered categories embedded on a fixed grid
-(categorical_vae.md §3.2–3.8).
+(Friede et al. §2.0.1, Eqs. 2–3, and App. 5; the values from the authors' code).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32
 (``LatentModel.run_latent``): the Gumbel-softmax over the categories and its KL.
@@ -17,14 +17,15 @@ from .base import LatentModule, LatentOutput, check_int, check_weight
 from .gumbel import categorical_kl_uniform, relaxed_one_hot
 
 # a logit outside the active set: exp underflows to exactly 0 in softmax, and 0 · log_softmax stays finite in the KL,
-# where a true −inf would give NaN (categorical_vae.md §6: ℓ_i = −∞ for i ∉ A_j)
+# where a true −inf would give NaN (Friede et al. App. 3: α_i = 0, i.e. ℓ_i = −∞, for i ∉ A_j)
 MASKED_LOGIT = -1e9
 
 
 def factor_bins(n_values: int, n_categories: int) -> torch.Tensor:
-    """Category of each of a factor's ``n_values`` values: value t → round(t·(m−1)/(k−1)), k equidistant categories
-    from the first to the last (categorical_vae.md §6 and §18 item 9, the recommended choice). Used as Eq. 7's bins
-    and as the masked-attention active set A_j. With k > m several values share a category; k = 1 → category 0."""
+    """Category of each of a factor's ``n_values`` values: value t → round(t·(m−1)/(k−1)), k equidistant
+    categories from the first to the last (our choice: Friede et al. App. 3 gives neither the bins nor
+    A_j). Used as Eq. 7's bins and as the masked-attention active set A_j. With k > m several values share a
+    category; k = 1 → category 0."""
     if n_values < 1:
         raise ValueError(f"a factor needs at least one value (got {n_values})")
     if n_values == 1:
@@ -35,7 +36,7 @@ def factor_bins(n_values: int, n_categories: int) -> torch.Tensor:
 
 def gumbel_scale(step: int, initial: float = 0.5, final: float = 2.0, steps: int = 300_000) -> float:
     """Friede et al.'s cosine annealing of the Gumbel noise scale: 0.5 at step 0, 1.25 at 150k, 2.0 from 300k on
-    (categorical_vae.md §3.7)."""
+    (Friede et al. App. 5; the values are the authors' code's)."""
     t = min(step, steps)
     return 0.5 * (initial - final) * math.cos(math.pi * t / steps) + 0.5 * (initial + final)
 
@@ -48,15 +49,18 @@ class CategoricalLatent(LatentModule):
       z_j = <y_j, v> (n numbers).
     * loss ``kl`` = sum over latents of KL(softmax(l_j) || U(m)) (analytic, not a relaxed-density KL), mean over the
       batch; in nats per image (a density term), weight ``beta`` (1 in the paper).
-    * representation for the metrics: <softmax(l_j), v> in [low, high], deterministic and continuous (§3.8).
-    * ``sample`` (for a TC discriminator): z itself (Friede et al. feed the discriminator the n-dim z, §5).
+    * representation for the metrics: <softmax(l_j), v> in [low, high], deterministic and continuous
+      (Friede et al. §2.0.1).
+    * ``sample`` (for a TC discriminator): z itself (Friede et al.'s code feeds the discriminator the n-dim z;
+      App. 3).
     * ``hard = True`` replaces y by its straight-through one-hot (forward value exactly one-hot); only the
-      straight-through-gap model selection uses it (§7).
-    * ``active_counts`` (masked attention "(M)", §6): the number of values k_j of the factor that latent j is
-      supervised with, for the first len(active_counts) latents; their logits outside A_j = :func:`factor_bins`
-      are masked before sampling, KL and representation. Factors with k_j > m or k_j < 2 keep every category
-      (the mask could not be one-to-one; §18 item 9). The KL keeps the uniform prior over all m categories, which
-      differs from a uniform prior over A_j by the constant log(m/k_j) (same gradients).
+      straight-through-gap model selection uses it (Friede et al. §3.4).
+    * ``active_counts`` (masked attention "(M)", Friede et al. App. 3): the number of values k_j of the factor
+      that latent j is supervised with, for the first len(active_counts) latents; their logits outside
+      A_j = :func:`factor_bins` are masked before sampling, KL and representation. Factors with k_j > m or
+      k_j < 2 keep every category (the mask could not be one-to-one; our choice). The KL keeps the uniform
+      prior over all m categories, which differs from a uniform prior over A_j by the constant log(m/k_j)
+      (same gradients).
     """
 
     discrete = False
@@ -116,7 +120,8 @@ class CategoricalLatent(LatentModule):
 
     @contextmanager
     def relaxation(self, hard: bool) -> Iterator[None]:
-        """Noise scale 0 and soft (y = softmax(l)) or straight-through one-hot codes inside the block (§7)."""
+        """Noise scale 0 and soft (y = softmax(l)) or straight-through one-hot codes inside the block
+        (Friede et al. §3.4)."""
         saved = (self.noise_scale, self.hard)
         self.noise_scale, self.hard = 0.0, bool(hard)
         try:

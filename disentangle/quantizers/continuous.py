@@ -1,4 +1,4 @@
-"""Plain continuous latent (AE, BioAE): z is the encoder output (spec qlae.md §3.4).
+"""Plain continuous latent (AE, BioAE): z is the encoder output (as in the QLAE authors' code).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): runs in float32 like every latent module
 (``LatentModel.run_latent``); nothing in it is sensitive.
@@ -12,7 +12,7 @@ from .base import LatentModule, LatentOutput
 
 class ContinuousLatent(LatentModule):
     """Identity latent module; evaluation treats the latents as continuous. Its prior (InfoWGAN-GP's z_fake) is
-    U[0, 1]^{n_z} (spec qlae.md §3.4)."""
+    U[0, 1]^{n_z} (the QLAE authors' code)."""
 
     discrete = False
     has_prior = True

@@ -1,4 +1,4 @@
-"""Tripod's finite scalar quantization on a fixed grid (Tripod paper eq. 10; spec tripod.md §2.2).
+"""Tripod's finite scalar quantization on a fixed grid (Tripod paper §3.1, Eq. 10).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32
 (``LatentModel.run_latent``): grid values rounded to bf16 would no longer be grid values.
@@ -15,7 +15,8 @@ class FixedGridQuantizer(LatentModule):
 
     The grid {-1, -1 + 2/(n-1), ..., 1} is fixed: no codebook parameters and no quantize/commit losses.
     ``torch.round`` rounds half to even, like the authors' ``jnp.round``. ``z_continuous`` is the tanh
-    output, from which KLM/NHP take their bandwidth (spec §14 A3, authors' code).
+    output, from which KLM/NHP take their bandwidth (the authors' code; Tripod Alg. 1, line 7
+    writes the pre-tanh output).
     """
 
     discrete = True

@@ -1,4 +1,4 @@
-"""Diagonal-Gaussian latent of the VAE baselines (β-VAE, β-TCVAE; spec qlae.md §3.5, §4.3).
+"""Diagonal-Gaussian latent of the VAE baselines (β-VAE, β-TCVAE; as in the QLAE authors' code).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32 (the model calls every latent
 module as an fp32 island, ``LatentModel.run_latent``): sampling, log-density and a KL between nearly equal
@@ -23,7 +23,7 @@ def gaussian_log_density(x: torch.Tensor, mu: torch.Tensor | float, sigma: torch
 
 def gaussian_kl(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """KL(N(mu, diag sigma^2) || N(0, I)) per sample, summed over dimensions: (B,).
-    Spec qlae.md §4.3: sum_j [-log sigma_j + (mu_j^2 + sigma_j^2 - 1) / 2]."""
+    As the QLAE authors' code computes it: sum_j [-log sigma_j + (mu_j^2 + sigma_j^2 - 1) / 2]."""
     return (-torch.log(sigma) + 0.5 * (mu.pow(2) + sigma.pow(2) - 1)).sum(-1)
 
 
@@ -31,12 +31,13 @@ class GaussianLatent(LatentModule):
     """q(z|x) = N(mu, diag sigma^2): the encoder's 2·n_z outputs are mu (first n_z) and a, sigma = softplus(a)
     (QLAE/Tripod authors' code) or, with ``scale="logvar"``, a = log sigma^2 (FactorQVAE's and Friede et al.'s code).
 
-    Training: one reparameterised sample z = mu + sigma·eps goes to the decoder. Evaluation: z = mu, and mu is
-    the representation the metrics see, treated as continuous (spec §3.5, §8.1); ``representation="sample"``
-    gives them a fresh sample instead (the FactorQVAE authors' evaluation code, factorqvae.md §8.1). Loss ``kl`` = batch mean of
-    :func:`gaussian_kl` in nats per image, weight ``beta`` (β-VAE's β; 0 when a regularizer such as β-TCVAE's
-    decomposition replaces the KL). With a per-pixel-mean reconstruction the model divides it by D_x
-    (``density_terms``), which gives the β-VAE loss BCE + β·KL/D_x of spec §4.3.
+    Training: one reparameterised sample z = mu + sigma·eps goes to the decoder. Evaluation: z = mu, and mu
+    is the representation the metrics see, treated as continuous (QLAE/Tripod authors' code);
+    ``representation="sample"`` gives them a fresh sample instead (the FactorQVAE authors' evaluation code).
+    Loss ``kl`` = batch mean of :func:`gaussian_kl` in nats per image, weight ``beta`` (β-VAE's β; 0 when a
+    regularizer such as β-TCVAE's decomposition replaces the KL). With a per-pixel-mean reconstruction the
+    model divides it by D_x (``density_terms``), which gives the β-VAE loss BCE + β·KL/D_x of the QLAE
+    authors' code.
     """
 
     discrete = False

@@ -1,5 +1,5 @@
-"""Gumbel-softmax quantization over one global codebook: QVAE/FactorQVAE and dVAE/FactordVAE (Baykal et al.;
-spec factorqvae.md §4.1–4.4).
+"""Gumbel-softmax quantization over one global codebook: QVAE/FactorQVAE and dVAE/FactordVAE (Baykal et al.
+§4, Eqs. 3–4, and App. A).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32
 (``LatentModel.run_latent``): the Gumbel-softmax, its log-probabilities and the KL to the uniform prior.
@@ -21,8 +21,9 @@ DISTANCES = ("squared", "absolute")
 def relaxed_one_hot(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None,
                     noise_scale: float = 1.0) -> torch.Tensor:
     """A Gumbel-softmax (relaxed one-hot categorical) sample: softmax((logits + noise_scale · g) / temperature) with
-    g ~ Gumbel(0, 1) i.i.d. over the last axis (Jang et al. 2017; factorqvae.md §4.1, soft, no straight-through).
-    ``noise_scale`` is Friede et al.'s annealed Gumbel scale (categorical_vae.md §3.2); 0 gives softmax(logits / t)."""
+    g ~ Gumbel(0, 1) i.i.d. over the last axis (Jang et al. 2017; FactorQVAE §4; soft, no straight-through, as
+    in the authors' code). ``noise_scale`` is Friede et al.'s annealed Gumbel scale (App. 5); 0 gives
+    softmax(logits / t)."""
     if noise_scale == 0:
         return torch.softmax(logits / temperature, dim=-1)
     u = torch.rand(logits.shape, device=logits.device, dtype=logits.dtype, generator=generator)
@@ -31,8 +32,8 @@ def relaxed_one_hot(logits: torch.Tensor, temperature: float, generator: torch.G
 
 
 def categorical_kl_uniform(logits: torch.Tensor) -> torch.Tensor:
-    """KL(softmax(logits) || Uniform(K)) over the last axis, in nats: sum_k q_k (log q_k + log K) (spec §4.3,
-    at temperature 1); 0 for uniform logits, log K for a one-hot distribution."""
+    """KL(softmax(logits) || Uniform(K)) over the last axis, in nats: sum_k q_k (log q_k + log K) (FactorQVAE
+    authors' code, at temperature 1); 0 for uniform logits, log K for a one-hot distribution."""
     log_q = torch.log_softmax(logits, dim=-1)
     return (log_q.exp() * (log_q + math.log(logits.shape[-1]))).sum(-1)
 
@@ -41,18 +42,19 @@ class GumbelQuantizer(LatentModule):
     """Each of n_latents latents is a categorical over the K rows of one global codebook M (K x code_dim).
 
     * ``logits="distance"`` (QVAE, FactorQVAE): the encoder outputs n_latents·code_dim numbers z_e and
-      logits = -distance(z_e, M_k); ``distance="squared"`` (authors' code, default; spec A1) or ``"absolute"``
+      logits = -distance(z_e, M_k); ``distance="squared"`` (authors' code, default) or ``"absolute"``
       (the paper's eq. 3: |z_e - M_k|, the Euclidean norm for code_dim > 1). ``logits="encoder"`` (dVAE,
       FactordVAE): the encoder outputs the n_latents·K logits directly.
     * training: a soft Gumbel-softmax sample y (B, n_latents, K) at the temperature of the current step, and the
       decoder receives y M (a convex combination of codebook rows); evaluation: the argmax code's row.
     * temperature = initial_temperature · exp(-temperature_decay · step), set by :meth:`schedule` from the
-      global step (spec §4.4: exp(-1e-5 t)).
+      global step (FactorQVAE App. A: exp(-1e-5 t)).
     * loss ``kl`` = mean over batch and latents of KL(softmax(logits) || U(K)) at temperature 1, weight ``beta``
-      (spec §4.3; a mean over latents, not a density in nats per image).
+      (authors' code; a mean over latents, not a density in nats per image).
     * the codebook is learned through the decoder path (no codebook/commit loss), initialised N(0, 1) (the
       authors' ``nn.Embedding`` default).
-    * ``sample`` (for a TC discriminator): the relaxed one-hot codes, flattened to n_latents·K (spec §3.3).
+    * ``sample`` (for a TC discriminator): the relaxed one-hot codes, flattened to n_latents·K
+      (authors' code).
     * representation for the metrics: the integer code per latent, categorical (InfoE one-hot features).
     ``code_dim > 1`` is the VQ ablation of the paper's Table 2 (FactorVQVAE).
     """
@@ -130,7 +132,7 @@ class GumbelQuantizer(LatentModule):
 
     def order_codes(self, codes: torch.Tensor) -> torch.Tensor:
         """Scalar codebooks (code_dim 1) are ordered by value, so an intervention sweeps from min to max like the
-        paper's traversals (spec §8.6); vector codebooks have no order."""
+        paper's traversals (FactorQVAE Figs. 2–4); vector codebooks have no order."""
         if self.code_dim != 1:
             return codes
         values = self.codebook.detach()[codes.long().clamp(0, self.codebook_size - 1), 0]

@@ -1,6 +1,7 @@
 """Latent quantization with learnable scalar codebooks (QLAE; Hsu et al. 2023, eqs. 4–5, Alg. 1).
 
-Spec: qlae.md §3.1 (per-dimension codebooks) and §3.2 (one global codebook shared by all dimensions).
+QLAE paper §3 (per-dimension codebooks) and §5, Table 2 ("w/ global codebook": one codebook shared by all
+dimensions).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32 (``LatentModel.run_latent``):
 nearest-value search, the quantize and commit distances, and codebook values that bf16 would round off their code.
@@ -18,16 +19,16 @@ class LatentQuantizer(LatentModule):
 
     * codebook ``values``: (n_latents, n_values), or (1, n_values) with ``shared_codebook=True``
       (the "global codebook" ablation), initialised to linspace(init_low, init_high, n_values), or with
-      ``init="normal"`` to N(0, 1) draws (the FactorQVAE paper's QLAE baseline, spec factorqvae.md §4.5).
+      ``init="normal"`` to N(0, 1) draws (the FactorQVAE paper's QLAE baseline, its authors' code).
     * forward value = nearest codebook value (first index on ties); gradient is straight-through to
       the encoder (``straight_through``), so the codebook gets no gradient through z.
     * ``quantize`` = mean_j (sg(z_c) - z_q)^2 moves only the codebook; ``commit`` = mean_j (z_c - sg(z_q))^2
-      moves only the encoder. Means over n_z follow the authors' code (spec §12 row 6), which is what
+      moves only the encoder. Means over n_z follow the authors' code (Eq. 5 sums), which is what
       the weights 0.01 / 0.01 (paper Table 8) were tuned with.
     """
 
     discrete = True
-    has_prior = True  # uniform over the n_values^{n_z} grid of codebook values (QLInfoWGAN-GP, spec qlae.md §3.1)
+    has_prior = True  # uniform over the n_values^{n_z} grid of codebook values (QLInfoWGAN-GP; QLAE Alg. 3)
 
     def __init__(
         self,
@@ -65,8 +66,9 @@ class LatentQuantizer(LatentModule):
         return self.values.expand(self.n_latents, -1)
 
     def sample_prior(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """Each dimension j independently takes a uniformly chosen value of its codebook V_j (spec qlae.md §3.1); a
-        gather, so V receives gradients through the sample (authors' code). Drawn on the codebook's device."""
+        """Each dimension j independently takes a uniformly chosen value of its codebook V_j (QLAE Alg. 3:
+        z_fake ~ Z); a gather, so V receives gradients through the sample (authors' code). Drawn on the
+        codebook's device."""
         book = self.codebook()  # (n_z, n_v), differentiable in V
         indices = torch.randint(0, self.n_values, (n, self.n_latents), device=book.device)
         return torch.gather(book.unsqueeze(0).expand(n, -1, -1), 2, indices.unsqueeze(-1)).squeeze(-1)

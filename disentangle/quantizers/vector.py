@@ -1,4 +1,5 @@
-"""Vector quantization of VQ-VAE as the QLAE paper runs it (van den Oord et al. 2017; spec qlae.md §3.3, §4.6).
+"""Vector quantization of VQ-VAE as the QLAE paper runs it (van den Oord et al. 2017; QLAE paper §5,
+Fig. 2a; details from the authors' code).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the whole module runs in float32
 (``LatentModel.run_latent``): code distances (a bf16 tie picks the wrong code) and the codebook/commitment
@@ -25,8 +26,9 @@ class VectorQuantizer(LatentModule):
       straight-through to the encoder.
     * ``quantize`` = mean over all elements of (sg(z_c) - z_q)^2 (moves only the codebook), weight 1;
       ``commit`` = mean of (z_c - sg(z_q))^2 (moves only the encoder), weight 0.25.
-    * representation for the metrics: the n_latents integer code indices, categorical (spec §8.1), so InfoE's
-      ``auto`` features are one-hot (spec §12 row 9); interventions decode the codebook rows of the codes in use.
+    * representation for the metrics: the n_latents integer code indices, categorical (QLAE paper §5), so
+      InfoE's ``auto`` features are one-hot (as in the authors' code); interventions decode the codebook rows
+      of the codes in use.
     """
 
     discrete = True

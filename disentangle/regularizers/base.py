@@ -104,5 +104,5 @@ class Regularizer(nn.Module):
 
 
 def batch_std(z: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Population std over the batch plus eps, with gradients (Tripod authors' code, spec §3.2)."""
+    """Population std over the batch plus eps, with gradients (Tripod authors' code)."""
     return z.std(0, unbiased=False) + eps

@@ -1,4 +1,4 @@
-"""BioAE's biological constraints on the latent (Whittington et al. 2023; spec qlae.md §4.5).
+"""BioAE's biological constraints on the latent (Whittington et al. 2023; as in the QLAE authors' code).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the constraints run in float32 (elementwise reductions
 of the latent island's float32 z; no island of their own).
@@ -12,7 +12,7 @@ from .base import Regularizer, StepContext
 
 
 def biological_constraints(z: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``nonneg`` = mean over batch and latents of max(-z, 0); ``activity`` = mean of z^2 (spec §4.5)."""
+    """``nonneg`` = mean over batch and latents of max(-z, 0); ``activity`` = mean of z^2 (authors' code)."""
     return {"nonneg": torch.relu(-z).mean(), "activity": z.pow(2).mean()}
 
 

@@ -1,6 +1,6 @@
-"""Cliff: cliff-alignment criterion for quantized disentanglement (Barin-Pacela et al. 2025, Eqs. 1-8; spec
-cliff.md §1). Kernel density estimates of the standardised batch latents; a univariate term that wants few
-sharp cliffs in each marginal, a bivariate term that wants the cliffs along z_i not to move with z_j, and an
+"""Cliff: cliff-alignment criterion for quantized disentanglement (Barin-Pacela et al. 2025, §2, Eqs. 1-8, and
+App. B). Kernel density estimates of the standardised batch latents; a univariate term that wants few sharp
+cliffs in each marginal, a bivariate term that wants the cliffs along z_i not to move with z_j, and an
 anti-collapse term that wants each marginal to look like a standardised uniform.
 
 Mixed precision (:mod:`disentangle.foundation.precision`): ``cliff_terms`` reads the latent island's float32 output; under
@@ -18,11 +18,11 @@ from .base import Regularizer, StepContext
 
 REPRESENTATIONS = ("mean", "sample", "z")
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-_STD_EPS = 1e-6  # added to the batch std (predecessor code's TINY, spec §1.1 / §12 item 7)
+_STD_EPS = 1e-6  # added to the batch std (TINY in Barin-Pacela et al. 2024's code; not in the paper)
 
 
 def check_grid(grid) -> tuple[float, float, int]:
-    """(lo, hi, K) of the integration grid I(lo, hi, K) (spec §1.3), or a one-line ValueError."""
+    """(lo, hi, K) of the integration grid I(lo, hi, K) (Cliff App. B, Eq. 15), or a one-line ValueError."""
     try:
         lo, hi, k = grid
         lo, hi = float(lo), float(hi)
@@ -43,7 +43,8 @@ def check_sigma(sigma) -> float:
 
 
 def standardize(z: torch.Tensor) -> torch.Tensor:
-    """Per-batch standardisation (spec §1.1): (z - mean) / (unbiased std + 1e-6), gradients through both."""
+    """Per-batch standardisation (Cliff App. B): (z - mean) / (unbiased std + 1e-6), gradients through
+    both."""
     return (z - z.mean(0)) / (z.std(0) + _STD_EPS)
 
 
@@ -66,10 +67,10 @@ def _gaussian(x: torch.Tensor, sigma: float) -> torch.Tensor:
 
 def cliff_terms(z: torch.Tensor, *, sigma: float = 0.1, grid=(-5.0, 5.0, 100), n_conditioning: int = 20,
                 n_uniform: int = 100, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-    """Unweighted Cliff terms of a batch z (n, d): scalars ``uni`` (Σ_i H(s_i), §1.4), ``biv`` (Σ_{i≠j} JSD
-    over M conditioning values of z_j, §1.5) and ``kl_uni`` (Σ_i KL(U(-√3, √3) || p(z_i)), Eq. 7, §1.6).
+    """Unweighted Cliff terms of a batch z (n, d): scalars ``uni`` (Σ_i H(s_i), paper §2.1), ``biv`` (Σ_{i≠j}
+    JSD over M conditioning values of z_j, §2.2) and ``kl_uni`` (Σ_i KL(U(-√3, √3) || p(z_i)), Eq. 7, §2.3).
 
-    z is standardised per dimension (§1.1); densities are Gaussian KDEs of bandwidth ``sigma`` on the
+    z is standardised per dimension (App. B); densities are Gaussian KDEs of bandwidth ``sigma`` on the
     standardised batch (Eqs. 10-14); integrals are Riemann sums on ``grid`` = I(lo, hi, K) = linspace(lo,
     hi, K) with weight Δ = (hi - lo) / K (Eq. 15). The M = min(``n_conditioning``, n) conditioning values
     are batch points drawn without replacement (one index set per call, shared by every ordered pair; all n
@@ -96,11 +97,11 @@ def cliff_terms(z: torch.Tensor, *, sigma: float = 0.1, grid=(-5.0, 5.0, 100), n
     diff = t.view(1, n_grid, 1) - zs.t().unsqueeze(1)                  # (d, K, n)
     kernel_grad = -diff / sigma**2 * _gaussian(diff, sigma)
 
-    # univariate (§1.4): s_i = |p_i'| / ∫|p_i'|, l_uni = Σ_i H(s_i)
+    # univariate (paper §2.1): s_i = |p_i'| / ∫|p_i'|, l_uni = Σ_i H(s_i)
     density_grad = kernel_grad.mean(-1)                                 # (d, K) = dp(z_i)/dz_i at t
     uni = _entropy(_normalize(density_grad.abs(), step), step).sum()
 
-    # bivariate (§1.5): G[i, j, m, a] = (1/n) Σ_k φ'(t_a - z̃_ki) φ(ζ_mj - z̃_kj)
+    # bivariate (paper §2.2): G[i, j, m, a] = (1/n) Σ_k φ'(t_a - z̃_ki) φ(ζ_mj - z̃_kj)
     m = min(n_conditioning, n)
     if m == n:
         idx = torch.arange(n, device=z.device)
@@ -115,7 +116,7 @@ def cliff_terms(z: torch.Tensor, *, sigma: float = 0.1, grid=(-5.0, 5.0, 100), n
     off_diagonal = ~torch.eye(d, dtype=torch.bool, device=z.device)
     biv = jsd[off_diagonal].sum()
 
-    # anti-collapse (§1.6, Eq. 7): -log(2√3) - E_{u ~ U(-√3, √3)} log p(z_i = u), log p by logsumexp
+    # anti-collapse (paper §2.3, Eq. 7): -log(2√3) - E_{u ~ U(-√3, √3)} log p(z_i = u), log p by logsumexp
     root3 = math.sqrt(3.0)
     u = torch.rand(d, n_uniform, generator=generator, dtype=z.dtype, device="cpu").to(z.device)
     u = (2 * u - 1) * root3
@@ -166,11 +167,11 @@ class Cliff(Regularizer):
     """λ_a · (λ_uni l_uni + λ_biv l_biv + λ_KL-uni l_KL-uni) (Eq. 8; on a β-VAE Eq. 9, on an AE Eq. 17).
 
     ``weight`` is λ_a; ``uni``, ``biv``, ``kl_uni`` are the term weights (the paper's Shapes3D optimum 0.5 /
-    1.0 / 0.7 with σ = 0.1, spec §8.3). ``on``: which latent the criterion sees (spec §2.3, §12 item 13):
-    ``mean`` = the posterior mean μ of a Gaussian latent (the evaluated representation; Roth et al.'s HFS
-    also regularises μ), otherwise z; ``sample`` = the reparameterised sample; ``z`` = whatever the decoder
-    receives. ``per_image``: the paper's λ's sit beside a per-image likelihood (Eq. 9 with Roth et al.'s
-    summed BCE, Eq. 17's (1/n)‖x - x̂‖²), so the model rescales them like a KL (``model.density_scale``:
+    1.0 / 0.7 with σ = 0.1, App. F.4). ``on``: which latent the criterion sees (our choice; the paper does not
+    say): ``mean`` = the posterior mean μ of a Gaussian latent (the evaluated representation; Roth et al.'s
+    HFS also regularises μ), otherwise z; ``sample`` = the reparameterised sample; ``z`` = whatever the
+    decoder receives. ``per_image``: the paper's λ's sit beside a per-image likelihood (Eq. 9 with Roth et
+    al.'s summed BCE, Eq. 17's (1/n)‖x - x̂‖²), so the model rescales them like a KL (``model.density_scale``:
     1/D_x beside a per-pixel-mean BCE, 1 beside a summed one); false applies them as given.
     """
 

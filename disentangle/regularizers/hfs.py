@@ -1,5 +1,5 @@
 """HFS, the Hausdorff factorized-support regularizer (Roth et al. 2023), the Cliff paper's Shapes3D baseline
-on a β-VAE (spec cliff.md §6.4; the hard Hausdorff estimator over latent pairs of Roth et al.'s reused
+on a β-VAE (Cliff §3.2, App. F.4; the hard Hausdorff estimator over latent pairs of Roth et al.'s reused
 code).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): ``hausdorff_factorized_support`` runs in float32
@@ -19,7 +19,8 @@ from .cliff import bind_representation, check_representation, select_representat
 
 def hausdorff_factorized_support(z: torch.Tensor, *, n_pairs: int = 25,
                                  generator: torch.Generator | None = None) -> torch.Tensor:
-    """Σ over latent pairs (a, b) of max_{k, l} min_r ‖(z_ka, z_lb) - (z_ra, z_rb)‖², a scalar (spec §6.4).
+    """Σ over latent pairs (a, b) of max_{k, l} min_r ‖(z_ka, z_lb) - (z_ra, z_rb)‖², a scalar (Roth et al.'s
+    code).
 
     For each pair the factorized support is estimated by all n² recombinations of the batch's values of z_a
     and z_b (Roth et al.'s ``full`` estimation); the term is the squared one-sided Hausdorff distance from
@@ -76,7 +77,7 @@ def _farthest_recombinations(sub: torch.Tensor, chunk_elements: int = 1 << 22):
 class HausdorffFactorizedSupport(Regularizer):
     """γ · L_HFS on a model's latents (Roth et al.'s loss rec + β KL + γ L_HFS; scale regularizer δ = 0 as
     in their defaults). ``weight`` is γ (Roth et al.'s default 1; the Cliff paper's Shapes3D optimum is γ =
-    100 with β = 1, grid {1, 10, 100}, spec §8.3). ``on``: ``mean`` = posterior means, as Roth et al.
+    100 with β = 1, grid {1, 10, 100}, App. F.4). ``on``: ``mean`` = posterior means, as Roth et al.
     (``stats_qzx[0]``); see :class:`~disentangle.regularizers.Cliff`. ``per_image``: γ sits beside Roth et
     al.'s summed BCE, so the model rescales it like a KL (``model.density_scale``); false applies it as
     given.

@@ -1,5 +1,5 @@
 """IOSS, the independence-of-support score (Wang & Jordan 2021), as the Cliff paper's baseline runs it on an
-autoencoder (spec cliff.md §6.1; the estimator of facebookresearch/CausalRepID's IOSS autoencoder).
+autoencoder (Cliff App. E, F.5; the estimator of facebookresearch/CausalRepID's IOSS autoencoder).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): ``ioss`` runs in float32 (nearest-neighbour distances
 and a robust maximum of them) without an island: it reads the latent island's float32 output and autocast
@@ -38,7 +38,7 @@ def _nearest(draws: torch.Tensor, points: torch.Tensor) -> tuple[torch.Tensor, t
 def ioss(z: torch.Tensor, *, n_pairs: int = 3, n_draws: int = 10000, robust_fraction: float = 0.01,
          generator: torch.Generator | None = None) -> torch.Tensor:
     """Σ over ``n_pairs`` random latent pairs of a robust one-sided Hausdorff distance between a uniform
-    sample of the pair's robust bounding box and the batch (spec §6.1), a scalar.
+    sample of the pair's robust bounding box and the batch (CausalRepID's code), a scalar.
 
     Per pair (two distinct dimensions, drawn independently for every term, so a pair may repeat; for d = 2
     every term uses the one pair with fresh draws): min-max scale each dimension to [0, 1]; the robust box
@@ -86,8 +86,8 @@ def ioss(z: torch.Tensor, *, n_pairs: int = 3, n_draws: int = 10000, robust_frac
 class IOSS(Regularizer):
     """λ_a · IOSS (Eq. 17 with IOSS for L_Cliff; CausalRepID: MSE + 10 · Σ over 3 pairs of IOSS).
 
-    ``weight`` is λ_a (that repo's 10; the Cliff paper's balls optimum is 1.0 from {0.1, 0.5, 1.0}, spec
-    §8.2). ``on`` as for :class:`~disentangle.regularizers.Cliff`. ``per_image``: false (default) applies
+    ``weight`` is λ_a (that repo's 10; the Cliff paper's balls optimum is 1.0 from {0.1, 0.5, 1.0}, App. E,
+    F.3). ``on`` as for :class:`~disentangle.regularizers.Cliff`. ``per_image``: false (default) applies
     the weight as given, as CausalRepID does beside a per-element mean MSE; true rescales it like a KL
     (``model.density_scale``).
     """

@@ -1,4 +1,4 @@
-"""Kernel-based latent multi-information (Tripod, eqs. 11–14 and Alg. 1 line 13; spec tripod.md §3.2).
+"""Kernel-based latent multi-information (Tripod §3.2, eqs. 11–14 and Alg. 1 line 13).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the KDE runs in float32 (its log-sum-exps compare
 kernels of nearly equal latents) without an island: it is elementwise on the latent island's float32 z, and so
@@ -38,9 +38,9 @@ class KernelMultiInformation(Regularizer):
 
     bandwidth_from: "continuous" (default) takes sigma from the continuous latents (tanh output for
     Tripod) as the authors' code does; "pre" takes it from the raw encoder output, as Algorithm 1 is
-    written (spec §14 A3). Either way sigma is a population std + 1e-6 with gradients.
+    written (Tripod Alg. 1, line 7). Either way sigma is a population std + 1e-6 with gradients.
     bandwidth: a fixed sigma for every dimension instead (naive Tripod's "fixed smoothing parameters",
-    spec tripod.md §9 item 3; the value is unspecified there, §14 B1); None = the batch std above.
+    Tripod §4.1; the paper does not give the value); None = the batch std above.
     """
 
     def __init__(self, weight: float = 1e-4, bandwidth_from: str = "continuous", bandwidth: float | None = None):

@@ -1,5 +1,5 @@
-"""Normalized Hessian penalty (Tripod, eqs. 16–17 and Alg. 1 lines 15–24; spec tripod.md §4.3), and the
-vanilla Hessian penalty of naive Tripod (Peebles et al. 2020, eqs. 8–9; spec tripod.md §9 item 3).
+"""Normalized Hessian penalty (Tripod §3.3–3.4, eqs. 16–17 and Alg. 1 lines 15–24), and
+the vanilla Hessian penalty of naive Tripod (Tripod §4.1; Peebles et al. 2020 as in Tripod §2.2, eqs. 8–9).
 
 Under mixed precision the whole penalty is an fp32 island (:mod:`disentangle.foundation.precision`): the second differences
 are divided by ε² = 0.01, so from bf16 activations (8 significant bits) they measure rounding noise (NHP then sits
@@ -39,9 +39,10 @@ def normalized_hessian_penalty(
     """Per-sample ratio Var_v[v'Hv] / Var_w[w'Hw] by central finite differences; returns shape (B,).
 
     v = sigma * Rademacher, w = sigma * Gaussian (Prop. 3.2), one direction per (sample, perturbation)
-    shared by every activation dimension and layer (authors' code, spec §14 A5). All perturbed latents go
-    through the decoder in one call; ``base`` (the activations at z, from the main forward pass) None puts z itself
-    in that call too (what mixed precision does: every activation differenced in float32). Variances across perturbations are population variances.
+    shared by every activation dimension and layer (authors' code; Alg. 1 draws one per k). All perturbed
+    latents go through the decoder in one call; ``base`` (the activations at z, from the main forward pass)
+    None puts z itself in that call too (what mixed precision does: every activation differenced in float32).
+    Variances across perturbations are population variances.
     aggregate="per_layer": sum over layers of mean_k numer / (mean_k denom + 1e-10) (authors' code; the
     per-dataset lambdas were tuned with it). aggregate="pooled": one ratio of sums over all regularized
     dimensions (paper Alg. 1 line 24).

@@ -1,5 +1,5 @@
-"""Semi-supervised disentanglement: a few labelled examples supervise the first latents (categorical_vae.md §6,
-following Locatello et al. 2020 as disentanglement_lib implements it).
+"""Semi-supervised disentanglement: a few labelled examples supervise the first latents (Friede et al.
+§6.4 and App. 3, following Locatello et al. 2020 as disentanglement_lib implements it).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the supervised losses run in float32 without an island
 of their own (log-likelihoods of the labels from the latent island's float32 ``mu`` or logits; autocast keeps
@@ -21,14 +21,14 @@ LOSSES = ("auto", "bce", "l2", "binned_ce")
 
 
 def supervised_bce(mu: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Gaussian models, R_s = BCE (§6): sigmoid cross-entropy of the first d posterior means (as logits) against
-    the labels scaled to [0, 1], summed over the batch and the factors."""
+    """Gaussian models, R_s = BCE (Friede et al. App. 3): sigmoid cross-entropy of the first d posterior means
+    (as logits) against the labels scaled to [0, 1], summed over the batch and the factors."""
     return F.binary_cross_entropy_with_logits(mu, targets, reduction="sum")
 
 
 def supervised_l2(mu: torch.Tensor, targets: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Gaussian models, R_s = L2 (§6): Σ (b·μ_j − y_j)² with a learned scalar b (disentanglement_lib's
-    ``2·l2_loss`` with ``learn_scale=True``), summed over the batch and the factors."""
+    """Gaussian models, R_s = L2 (Friede et al. App. 3): Σ (b·μ_j − y_j)² with a learned scalar b
+    (disentanglement_lib's ``2·l2_loss`` with ``learn_scale=True``), summed over the batch and the factors."""
     return ((scale * mu - targets) ** 2).sum()
 
 
@@ -39,7 +39,7 @@ def binned_cross_entropy(logits: torch.Tensor, bins: torch.Tensor) -> torch.Tens
 
 
 class LabelSupervision(Regularizer):
-    """ω · R_s(r(x_ℓ), y_ℓ) on a labelled batch drawn beside every unlabelled one (§6).
+    """ω · R_s(r(x_ℓ), y_ℓ) on a labelled batch drawn beside every unlabelled one (Friede et al. App. 3).
 
     ``n_labels`` examples are drawn once (seed ``label_seed``) from the training data, split ``train_fraction`` /
     rest into supervision and held-out validation labels (90/10 as in disentanglement_lib); every step encodes a
@@ -138,7 +138,7 @@ class LabelSupervision(Regularizer):
     @torch.no_grad()
     def validation_score(self, model) -> float:
         """MIG (×1, 20 bins) of the model's representation on the held-out labelled examples: the validation
-        criterion of semi-supervised model selection (Locatello et al. 2020; §6)."""
+        criterion of semi-supervised model selection (Locatello et al. 2020; Friede et al. §6.4)."""
         from ..metrics.mig import mig
 
         images = self.images["validation"].to(next(model.parameters()).device)

@@ -1,5 +1,6 @@
 """Total correlation by the density-ratio trick with an adversarial discriminator (FactorVAE, Kim & Mnih 2018;
-FactorQVAE spec factorqvae.md §3.3, §5, §6; Friede et al.'s variant: categorical_vae.md §5).
+FactorQVAE: Baykal et al. §4, Eqs. 5–8, Alg. 1, the discriminator from the authors' code; Friede et al.'s
+variant: App. 3, Eq. 6).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the discriminator runs in the run's precision, its
 last layer too (an fp32 island there changed the TC term no more than the hidden layers' own bf16 rounding
@@ -81,7 +82,7 @@ def discriminator_logits(net: nn.Sequential, samples: torch.Tensor,
 
 
 def tc_estimate(logits: torch.Tensor) -> torch.Tensor:
-    """Per-sample log D(z) / (1 - D(z)) = logit_0 - logit_1 with D = softmax(logits)_0 (spec eqs. 6-7)."""
+    """Per-sample log D(z) / (1 - D(z)) = logit_0 - logit_1 with D = softmax(logits)_0 (FactorQVAE Eq. 7)."""
     return logits[:, 0] - logits[:, 1]
 
 

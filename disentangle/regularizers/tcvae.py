@@ -1,5 +1,5 @@
 """β-TCVAE's decomposition of the KL into index-code MI, total correlation and dimension-wise KL, with the
-minibatch-weighted-sampling estimator (Chen et al. 2018; spec qlae.md §4.4, tripod.md §9 item 1).
+minibatch-weighted-sampling estimator (Chen et al. 2018; Tripod Eq. 6; the QLAE authors' code).
 
 Mixed precision (:mod:`disentangle.foundation.precision`): the B x B x n_z log-density table and its log-sum-exps run in
 float32 (MI, TC and DWKL are differences of nearly equal log-densities) without an island: they are elementwise
@@ -21,7 +21,7 @@ def tcvae_decomposition(
 ) -> dict[str, torch.Tensor]:
     """Per-sample ``mi``, ``tc``, ``dwkl`` (each (B,), nats, unweighted) of samples z_i ~ q(z|x_i) = N(mu_i, sigma_i).
 
-    With M = batch size and N = ``dataset_size`` (spec qlae.md §4.4; the j = i term included):
+    With M = batch size and N = ``dataset_size`` (QLAE authors' code; the j = i term included):
       log q(z_i|x_i)      = sum_k log N(z_ik; mu_ik, sigma_ik)
       log q(z_i)          = logsumexp_j sum_k log N(z_ik; mu_jk, sigma_jk) - log(M N)
       log prod_k q(z_ik)  = sum_k [logsumexp_j log N(z_ik; mu_jk, sigma_jk) - log(M N)]
@@ -81,8 +81,8 @@ class DecomposedKL(Regularizer):
 
     Needs a Gaussian latent (its sample, mu and sigma); N is the training set's size, which the model takes
     from the data module unless ``dataset_size`` is given. The terms are nats per image, so with the QLAE
-    paper's per-pixel-mean BCE the model divides them by D_x (spec §4.4: L = BCE + (alpha MI + beta TC +
-    gamma DWKL) / D_x). The β-TCVAE model pairs it with a Gaussian latent whose own KL weight is 0.
+    paper's per-pixel-mean BCE the model divides them by D_x (QLAE authors' code: L = BCE + (alpha MI +
+    beta TC + gamma DWKL) / D_x). The β-TCVAE model pairs it with a Gaussian latent whose own KL weight is 0.
     """
 
     requires_distribution = "gaussian"

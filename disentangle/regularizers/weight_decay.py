@@ -1,4 +1,5 @@
-"""Weight decay on network weights only, as AdamW parameter groups (spec qlae.md §5.1, §12 row 12)."""
+"""Weight decay on network weights only, as AdamW parameter groups (QLAE paper §3, Alg. 2;
+the exempt parameters follow the authors' code)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
