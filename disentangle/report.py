@@ -39,18 +39,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--select-checkpoint", default=None, metavar="final|best-infom|best-METRIC",
                    help="per run, which evaluation: final (metrics.json; default) or best-infom: of the evaluations "
                         "in metrics_history.jsonl whose PSNR reaches --psnr-min, the one with the highest InfoM "
-                        "(Tripod §10.3; best-METRIC for another metric), all its metrics reported")
+                        "(Tripod paper §4; best-METRIC for another metric), all its metrics reported")
     p.add_argument("--stat", default=None, choices=STAT_MODES,
                    help="ci95: mean ± 95%% CI, Student's t (QLAE, Tripod, FactorQVAE; default); quartiles: median "
                         "[25%%, 75%%] (Friede et al.); se: mean ± standard error (Cliff)")
     p.add_argument("--select", default=None, metavar="none|infom|delta_st|labels|METRIC",
                    help="infom (or another metric): per (model, data) keep the configuration with the best mean "
-                        "(QLAE §6.3, Tripod §10.3); delta_st: add per dataset the run with the smallest Δ_ST "
+                        "(QLAE paper §5, Tripod paper §4); delta_st: add per dataset the run with the smallest Δ_ST "
                         "(Friede et al. Table 1 'Selection'; run python -m disentangle.select first); labels: add "
                         "per group the run with the highest held-out-label MIG (Friede et al. §6.4; "
                         "python -m disentangle.select --rule labels first); default none")
     p.add_argument("--select-by", default=None, choices=("mean", "best-seed"),
-                   help="rank configurations by their mean (default) or by their best run (Cliff §7.4)")
+                   help="rank configurations by their mean (default) or by their best run (Cliff paper App. F.4)")
     p.add_argument("--psnr-min", default=None, metavar="DB|DATA=DB,...|tripod|MODEL-MARGIN",
                    help="reconstruction threshold: a number, per dataset, 'tripod' (the Tripod paper's "
                         "38/42/34/40 dB) or e.g. 'ae-1' (1 dB below the AE's best mean PSNR on that dataset: QLAE's "

@@ -26,8 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--criterion", default="loss",
                    help=f"one of {', '.join(CRITERIA)}: 'loss' = the training loss with γ·TC (authors' code, "
                         f"default), 'elbo' = reconstruction + KL (the paper's text)")
-    p.add_argument("--batches", type=int, default=1000, help="training batches averaged (default 1000, §7)")
-    p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64, §7)")
+    p.add_argument("--batches", type=int, default=1000, help="training batches averaged (default 1000, Friede et al.'s code)")
+    p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64, Friede et al.'s code)")
     p.add_argument("--stream-seed", type=int, default=42,
                    help="seed of the fixed training stream the batches come from (default 42, the authors')")
     p.add_argument("--metric", default="mig", help="metric of the figure (default mig, the paper's primary)")

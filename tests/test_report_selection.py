@@ -1,5 +1,5 @@
 """The papers' per-run and per-configuration rules in `python -m disentangle.report`: the evaluation a run
-contributes (``--select-checkpoint final|best-infom``, Tripod §10.3), Friede et al.'s held-out-label selection, and
+contributes (``--select-checkpoint final|best-infom``, Tripod paper §4), Friede et al.'s held-out-label selection, and
 the rule a sweep file carries in its ``# Report:`` header line. Fabricated run directories only, no training."""
 import csv
 import io
@@ -56,7 +56,7 @@ def test_best_infom_takes_the_best_admissible_evaluation_and_all_its_metrics(tmp
     assert float(row["psnr_mean"]) == pytest.approx(38.25)
     assert "mig_mean" not in row  # only the final evaluations have MIG, and neither run's was taken
     assert "per run: the evaluation in metrics_history.jsonl with the highest infom among those with PSNR >= " \
-           "38 dB (shapes3d); Tripod §10.3" in err
+           "38 dB (shapes3d); Tripod paper §4" in err
     # the default is the final evaluation (metrics.json), as before
     rc, out, err = run_report([tmp_path, "--format", "csv", "--no-figure"], capsys)
     (row,) = _rows(out)

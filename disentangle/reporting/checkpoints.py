@@ -61,7 +61,7 @@ class CheckpointRule:
             line += " among those with PSNR >= " + ", ".join(f"{t:g} dB ({d})" for d, t in given.items())
         else:
             line += " over every evaluation (no PSNR threshold)"
-        return line + ("; Tripod §10.3" if self.metric == "infom" else "")
+        return line + ("; Tripod paper §4" if self.metric == "infom" else "")
 
 
 def select_evaluation(run: Run, rule: CheckpointRule, threshold: float | None) -> tuple[Run, list[str]]:
