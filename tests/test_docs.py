@@ -73,25 +73,27 @@ def test_api_pages_show_no_rest_table_rules(built_site):
 
 
 # A citation of the project's internal implementation specs (shared/specs/, not in a clone): "spec §3.3", "QLAE
-# spec §4.3", "spec's §3.3", "Spec: qlae.md §12", "(factorqvae.md §8.1)", "spec [REC]". Pages cite the papers.
+# spec §4.3", "spec's §3.3", "Spec: qlae.md §12", "(factorqvae.md §8.1)", "spec [REC]", the specs' tags. Pages, config
+# comments and docstrings cite the papers, the authors' code or "our choice".
 SPEC_FILES = r"(?:qlae|tripod|factorqvae|cliff|categorical_vae)\.md"
 SPEC_REFERENCE = re.compile(
-    rf"shared/specs|\bspecs/|\b[Ss]pec(?:'s)?:? ?§|\b[Ss]pec(?:'s|:)? {SPEC_FILES}|\b{SPEC_FILES} §|\[REC\]|"
-    r"spec default|implementation spec")
+    rf"shared/specs|\bspecs/|\b[Ss]pec(?:'s)?:? ?§|\b[Ss]pec(?:'s|:)? {SPEC_FILES}|\b{SPEC_FILES} §|"
+    r"\[(?:REC|DECIDE|CODE)\]|spec default|implementation spec")
+SHIPPED = [p for folder in ("conf", "sweeps", "disentangle") for p in sorted((ROOT / folder).rglob("*"))
+           if p.suffix in (".py", ".yaml", ".md")]
 
 
 def test_docs_cite_the_papers_not_the_internal_specs(built_site):
-    """No page names the internal spec files or their sections: neither the Markdown of docs/ and README.md nor the
-    prose of the built hand-written pages. The API pages (api/) are left out: they are made from the package's
-    docstrings, some of which still cite spec sections (e.g. disentangle/nn/qlae.py). So are code blocks, which
-    show the repository's config files (conf/) as they are."""
-    found = {str(p.relative_to(ROOT)): m for p in [README, *DOC_PAGES]
+    """No page names the internal spec files or their sections: neither the Markdown of docs/ and README.md, nor
+    any built page (the API pages made from docstrings and the config files shown in code blocks included), nor
+    the files a wheel ships (conf/, sweeps/, the package's docstrings and comments)."""
+    found = {str(p.relative_to(ROOT)): m for p in [README, *DOC_PAGES, *SHIPPED]
              if (m := SPEC_REFERENCE.findall(p.read_text(encoding="utf-8")))}
-    assert not found, found
-    pages = [p for p in _pages(built_site) if "api" not in p.relative_to(built_site).parts]
-    assert len(pages) > 20
+    assert len(SHIPPED) > 250 and not found, found
+    pages = _pages(built_site)
+    assert len(pages) > 28 and any("api" in p.relative_to(built_site).parts for p in pages)
     built = {str(p.relative_to(built_site)): m for p in pages
-             if (m := SPEC_REFERENCE.findall(re.sub(r"<[^>]+>", "", _prose(p))))}
+             if (m := SPEC_REFERENCE.findall(re.sub(r"<[^>]+>", "", p.read_text(encoding="utf-8"))))}
     assert not built, built
 
 
@@ -260,3 +262,38 @@ def test_the_home_page_lists_every_page_of_the_nav():
                if not any(p.startswith(s) and any(x.startswith(s) for x in linked) for s in sections)}
     assert not missing, f"pages in the nav but not on the home page's table: {sorted(missing)}"
     assert linked <= in_nav, sorted(linked - in_nav)
+
+
+DEMO_REFERENCE = ROOT / "docs" / "reference" / "demo-metrics.json"
+
+
+def _block_after(page: str, marker: str) -> list[str]:
+    """The lines of the first fenced block after ``marker`` on ``page``."""
+    rest = page[page.index(marker):]
+    start = rest.index("```\n") + 4
+    return rest[start:rest.index("```", start)].rstrip("\n").splitlines()
+
+
+def test_the_demo_output_on_the_page_is_the_committed_reference(capsys):
+    """getting-started.md's demo table is what `make demo` printed for docs/reference/demo-metrics.json (its
+    metrics.json, committed), and the page names the machine that file records; the file is a quickstart run."""
+    import json
+
+    from conftest import compose_config
+
+    from disentangle.runtime.run import print_summary
+
+    reference = json.loads(DEMO_REFERENCE.read_text())
+    print_summary(f"{reference['method']} on {reference['data']}: final evaluation", reference, {})
+    printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    shown = [line.rstrip() for line in _block_after(page, "## What the demo shows")]
+    assert shown == printed[:len(shown)] and len(shown) >= 5, (shown, printed)
+    machine = reference["machine"]
+    assert f"{machine['cpu']}" in page and machine["vector_isa"].upper().replace("_", " ") in page.upper()
+    assert reference["versions"]["git_commit"][:7] in page
+    quickstart = compose_config(["experiment=quickstart"])
+    assert (reference["method"], reference["data"]) == (quickstart.model.name, quickstart.data.name)
+    assert reference["step"] == quickstart.trainer.max_steps
+    assert reference["n_samples"] == (quickstart.callbacks.evaluation.n_samples or quickstart.data.eval_size)
+    assert reference["precision"] == "32-true" and reference["runtime"]["torch_threads"] == 2
