@@ -216,7 +216,8 @@ def _workspace_problem() -> str | None:
     from .runtime.loggers import has_api_key
 
     if importlib.util.find_spec("wandb_workspaces") is None:
-        return "needs the wandb-workspaces package: pip install 'disentangle-quantized[dashboard]'"
+        return ("needs the wandb-workspaces package: pip install '.[dashboard]' in the project's clone (once released: "
+                "pip install 'disentangle-quantized[dashboard]')")
     if os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun"):
         return f"WANDB_MODE={os.environ['WANDB_MODE']}: a workspace is saved online only"
     if not has_api_key():

@@ -115,7 +115,7 @@ JOB = ["--cfg", "job"]  # compose and print, never train: these must fail while 
     (["regularizer=klm", *JOB],
      "error: regularizer=klm: regularizer is not in the defaults list; add it with +regularizer=klm"),
     pytest.param(["hydra/launcher=ray", *JOB],
-                 "error: hydra/launcher=ray needs the ray extra: pip install 'disentangle-quantized[ray]'",
+                 "error: hydra/launcher=ray needs the ray extra: pip install '.[ray]' in the project's clone (once released: pip install 'disentangle-quantized[ray]')",
                  marks=pytest.mark.skipif(RAY, reason="the ray extra is installed")),
     (["-cn", "qlae_tabel2", *JOB], "qlae_table2"),
     (["-m", "model=qlae,tripd", "seed=0,1"], "tripod"),  # before the qlae jobs train, not after
@@ -130,8 +130,8 @@ def test_other_mistakes_get_one_line(args, expected, monkeypatch, capsys):
 
 def test_the_extra_of_each_optional_plugin():
     assert config.install_hint("hydra/sweeper/optuna") == \
-        "needs the optuna extra: pip install 'disentangle-quantized[optuna]'"
-    assert config.install_hint("hydra/launcher/ray") == "needs the ray extra: pip install 'disentangle-quantized[ray]'"
+        "needs the optuna extra: pip install '.[optuna]' in the project's clone (once released: pip install 'disentangle-quantized[optuna]')"
+    assert config.install_hint("hydra/launcher/ray") == "needs the ray extra: pip install '.[ray]' in the project's clone (once released: pip install 'disentangle-quantized[ray]')"
     assert config.install_hint("hydra/launcher/basic") is None
 
 
@@ -187,7 +187,7 @@ def test_the_optuna_sweep_without_its_extra_names_the_extra(tmp_path):
     res = _cli("train", "-cn", "optuna_infom", "--cfg", "hydra", code=WITHOUT_OPTUNA, cwd=tmp_path, timeout=120)
     assert res.returncode == 2
     assert _one_error_line(res.stderr) == \
-        "error: hydra/sweeper=optuna needs the optuna extra: pip install 'disentangle-quantized[optuna]'"
+        "error: hydra/sweeper=optuna needs the optuna extra: pip install '.[optuna]' in the project's clone (once released: pip install 'disentangle-quantized[optuna]')"
 
 
 FAILING = textwrap.dedent("""

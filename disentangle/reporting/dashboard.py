@@ -178,7 +178,8 @@ def workspace(project: str, group: str, *, entity: str | None = None, x_param: s
         import wandb_workspaces.workspaces as ws
     except ImportError:
         raise RuntimeError("saving a W&B workspace needs the wandb-workspaces package: "
-                           "pip install 'disentangle-quantized[dashboard]'") from None
+                           "pip install '.[dashboard]' in the project's clone (once released: "
+                           "pip install 'disentangle-quantized[dashboard]')") from None
     lines = [wr.LinePlot(title=f"eval/{m} vs step", x="trainer/global_step", y=[f"eval/{m}"]) for m in metrics]
     sections = [ws.Section(name="Evaluation vs training step", panels=lines, is_open=True)]
     if x_param:

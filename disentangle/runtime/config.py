@@ -100,7 +100,9 @@ def install_hint(choice: str) -> str | None:
         return None
     dist, extra = plugin
     if extra:
-        return f"needs the {extra} extra: pip install '{DISTRIBUTION}[{extra}]'"
+        # not on PyPI yet (docs/install.md): a clone's route first, the released name after it
+        return (f"needs the {extra} extra: pip install '.[{extra}]' in the project's clone (once released: "
+                f"pip install '{DISTRIBUTION}[{extra}]')")
     return f"needs {dist}: pip install {dist}"
 
 
