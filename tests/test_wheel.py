@@ -174,6 +174,7 @@ def test_the_wheel_carries_the_configs_the_sweeps_the_license_and_the_published_
         assert carried == files, f"{d}/ in the wheel differs from the checkout's"
     assert "disentangle/published/results.csv" in names and "disentangle/runtime/paths.py" in names
     assert "disentangle/claims/claims.yaml" in names
+    assert "disentangle/data/sources.yaml" in names  # disentangle.data.sources.load_sources reads it
     dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     assert dist_info.startswith("disentangle_quantized-")
     assert f"{dist_info}/licenses/LICENSE" in names
