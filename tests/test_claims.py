@@ -179,7 +179,8 @@ def test_assess_paired_threshold_and_selection_claims():
 def test_lower_is_better_flips_the_difference():
     doc = {"settings": {"s": {"overrides": ["experiment=quickstart"]}},
            "claims": [{"name": "c", "paper": "qlae", "table": "1", "dataset": "aggregated", "setting": "s",
-                       "metric": "mse", "lower_is_better": True, "better": {"label": "A", "model": "qlae"},
+                       "metric": "mse", "lower_is_better": True, "differs_in": ["family"],
+                       "better": {"label": "A", "model": "qlae"},
                        "worse": {"label": "B", "model": "ae"}}]}
     (claim,) = parse_claims(doc)
     row = assess(claim, _results(claim, {"A": [0.1, 0.2], "B": [0.3, 0.3]}), [0, 1])
@@ -301,3 +302,55 @@ def test_one_claim_end_to_end_at_a_tiny_budget_and_resumed(tmp_path):
     assert fourth.returncode == 1
     (failed,) = json.loads((tmp_path / "eval9000" / "claims.json").read_text())
     assert failed["verdict"] == "incomplete" and all("9000" in e for e in failed["errors"]) and failed["errors"]
+
+
+# -- one difference per comparison (disentangle.claims.differences) -----------------------------------------------
+def test_every_claims_sides_differ_only_in_what_it_declares():
+    """Over the fully resolved configs of both sides, every difference lies in the claim's ``differs_in`` (its
+    family, or its ablated keys); a paired or selection claim has some declared difference, a threshold none."""
+    from disentangle.claims.differences import differences
+
+    claims = load_claims()
+    found = {c.name: differences(c) for c in claims}
+    assert {n: d["undeclared"] for n, d in found.items() if d["undeclared"]} == {}
+    assert all(found[c.name]["declared"] for c in claims if c.kind != "threshold")
+    assert len(claims) >= 30
+
+
+def test_tripod_against_qlae_runs_qlae_on_tripods_protocol():
+    """The Tripod paper runs QLAE on its own protocol (its sweep, sweeps/tripod_table1.yaml, does too): the same
+    batch, clipping, learning rate, betas, steps and data; only the method differs."""
+    from disentangle.claims.differences import resolved_config
+
+    for name in ("tripod_above_qlae_infom", "tripod_above_qlae_d"):
+        (claim,) = select_claims(load_claims(), [name])
+        tripod, qlae = (dict(resolved_config(run.overrides)) for run in claim.runs())
+        for key in ("model.batch_size", "model.optimizer.clip_undecayed", "model.optimizer.lr",
+                    "model.optimizer.betas", "trainer.max_steps", "data.name", "data.resolution", "model.arch._target_"):
+            assert tripod.get(key) == qlae.get(key), (name, key)
+        assert qlae["model.batch_size"] == 64 and qlae["model.optimizer.clip_undecayed"] is True
+        assert qlae["model.optimizer.weight_decay"] == 0.1  # QLAE's own: part of its method
+
+
+def test_an_undeclared_difference_is_found_and_the_diff_command_prints_it(tmp_path):
+    """A positive control: declaring only the name leaves QLAE's latent and weight decay undeclared; ``--diff``
+    prints the JSON object and exits 1 for such a claim, 0 for a clean one."""
+    from disentangle.claims.differences import differences
+
+    document = {"settings": {"quickstart": {"overrides": ["experiment=quickstart"]}},
+                "claims": [{"name": "narrow", "paper": "qlae", "table": "1", "dataset": "aggregated",
+                            "setting": "quickstart", "metric": "infom", "differs_in": ["model.name"],
+                            "better": {"label": "QLAE", "model": "qlae"}, "worse": {"label": "AE", "model": "ae"}}]}
+    (claim,) = parse_claims(document)
+    found = differences(claim)
+    assert found["declared"] == {"model.name": ["qlae", "ae"]}
+    assert found["undeclared"]["model.optimizer.weight_decay"] == [0.1, 0.001]
+    assert found["undeclared"]["model.latent._target_"][0] == "disentangle.quantizers.LatentQuantizer"
+    del document["claims"][0]["differs_in"]
+    with pytest.raises(ValueError, match="claim narrow: differs_in must say what the sides may differ in"):
+        parse_claims(document)
+    done = subprocess.run([sys.executable, "-m", "disentangle.claims", "--diff", "qlae_above_no_weight_decay_d"],
+                          capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"declared": {"model.name": ["qlae", "qlae_no_wd"],
+                                                    "model.optimizer.weight_decay": [0.1, 0.0]}, "undeclared": {}}

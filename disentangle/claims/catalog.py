@@ -109,6 +109,7 @@ class Claim:
     selection: dict = field(default_factory=dict, hash=False, compare=False)
     published: dict = field(default_factory=dict, hash=False, compare=False)
     why: str = ""
+    differs_in: tuple[str, ...] = ()  # what the sides may differ in (disentangle.claims.differences)
 
     def runs(self) -> list[RunSpec]:
         """The configurations this claim trains (each once per seed)."""
@@ -169,11 +170,16 @@ def parse_claims(document: dict) -> list[Claim]:
             raise ValueError(f"{where}: a threshold claim needs better.model and worse.value")
         if kind == "selection" and len(pool) < 2:
             raise ValueError(f"{where}: a selection claim needs a pool of at least 2 configurations")
+        differs_in = raw.get("differs_in", ())
+        if kind != "threshold" and not differs_in:
+            raise ValueError(f"{where}: differs_in must say what the sides may differ in (family, or config keys)")
+        if isinstance(differs_in, str) or not all(isinstance(k, str) and k for k in differs_in):
+            raise ValueError(f"{where}: differs_in must be a list of config keys or 'family' (got {differs_in!r})")
         claims.append(Claim(name=name, paper=raw["paper"], table=str(raw["table"]), dataset=str(raw["dataset"]),
                             metric=str(raw["metric"]), setting=settings[raw["setting"]], better=better, worse=worse,
                             kind=kind, lower_is_better=bool(raw.get("lower_is_better", False)), pool=pool,
                             selection=dict(raw.get("selection", {})), published=dict(raw.get("published", {})),
-                            why=str(raw.get("why", ""))))
+                            why=str(raw.get("why", "")), differs_in=tuple(differs_in)))
     return sorted(claims, key=lambda c: PAPERS.index(c.paper))
 
 

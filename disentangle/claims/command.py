@@ -38,6 +38,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", default="0,1,2,3,4", help="seeds, e.g. 0,1,2,3,4 (default) or 0-9")
     p.add_argument("--out", type=Path, default=Path("outputs/claims"), help="runs and results (default outputs/claims)")
     p.add_argument("--list", action="store_true", help="print the claims and their estimated time, run nothing")
+    p.add_argument("--diff", metavar="NAME", default=None,
+                   help="print what claim NAME's two sides differ in, as JSON: {\"declared\": {key: [better, worse]}, "
+                        "\"undeclared\": {...}} over their resolved configs; run nothing")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="runs side by side, each with cores/jobs threads (default: 2 on a machine with 2+ cores)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -83,6 +86,20 @@ def print_list(claims, seeds, jobs: int) -> None:
           f"about {sum(est.values()) / 3600:.1f} h on this machine's estimate (--jobs {jobs})")
 
 
+def print_diff(name: str) -> int:
+    """``--diff NAME``: the claim's declared and undeclared differences as one JSON object; exit 1 when any is
+    undeclared (the comparison differs in more than its claim)."""
+    from .catalog import load_claims
+    from .differences import differences
+
+    claims = {c.name: c for c in load_claims()}
+    if name not in claims:
+        raise ValueError(f"--diff {name!r}: no such claim (python -m disentangle.claims --list)")
+    found = differences(claims[name])
+    print(json.dumps(found, indent=2, default=str))
+    return 1 if found["undeclared"] else 0
+
+
 def run(args) -> int:
     from tqdm.auto import tqdm
 
@@ -91,6 +108,8 @@ def run(args) -> int:
     from .report import print_table, write
     from .runner import evaluate_run, measure_selection, schedule, train_all
 
+    if args.diff is not None:
+        return print_diff(args.diff)
     claims = select_claims(load_claims(), args.names)
     seeds = parse_seeds(args.seeds)
     if args.jobs < 1:
