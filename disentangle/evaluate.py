@@ -53,6 +53,7 @@ def evaluate_checkpoint(cfg: DictConfig, overrides: list[str] | None = None) -> 
 
 
 EVALUATION = "callbacks.evaluation"
+EVAL_SETTINGS = ("run", "default")
 
 
 def evaluation_settings(cfg: DictConfig, run: DictConfig, overrides: list[str]) -> tuple[DictConfig, str]:
@@ -63,7 +64,7 @@ def evaluation_settings(cfg: DictConfig, run: DictConfig, overrides: list[str]) 
     command's composed ``callbacks`` (conf/callbacks/default.yaml). ``callbacks.evaluation.*`` overrides on the
     command line apply on top of either."""
     mode = str(cfg.get("eval_settings", "run"))
-    if mode not in ("run", "default"):
+    if mode not in EVAL_SETTINGS:
         raise ConfigError(f"eval_settings={mode}: choose run (the checkpoint's own) or default (conf/callbacks)")
     stored = OmegaConf.select(run, EVALUATION) if mode == "run" else None
     if mode == "run" and stored is None:
@@ -110,6 +111,11 @@ def checkpoint_path(cfg: DictConfig) -> Path:
         last = next((p for p in (path / "checkpoints" / "last.ckpt", path / "last.ckpt") if p.is_file()), None)
         hint = f"; its last checkpoint: ckpt={last}" if last else " (no checkpoints/last.ckpt in it)"
         raise ConfigError(f"ckpt={path} is a directory: give a checkpoint file{hint}")
+    if not path.is_file():  # the loader's words, said before its imports
+        raise ConfigError(f"ckpt={path}: no such checkpoint file")
+    mode = str(cfg.get("eval_settings", "run"))
+    if mode not in EVAL_SETTINGS:
+        raise ConfigError(f"eval_settings={mode}: choose run (the checkpoint's own) or default (conf/callbacks)")
     return path
 
 

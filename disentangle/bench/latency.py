@@ -13,6 +13,7 @@ import time
 # (label, arguments after `python -m`, expected exit status: 2 for a mistake, 0 for --help)
 CASES: list[tuple[str, list[str], int]] = [
     ("evaluate without ckpt=", ["disentangle.evaluate"], 2),
+    ("evaluate: no such ckpt file", ["disentangle.evaluate", "ckpt=missing/last.ckpt"], 2),
     ("train: negative lr", ["disentangle.train", "model=qlae", "model.optimizer.lr=-1"], 2),
     ("train: batch size 0", ["disentangle.train", "model=qlae", "model.batch_size=0"], 2),
     ("train: 16-mixed on a CPU", ["disentangle.train", "model=qlae", "trainer.accelerator=cpu",
