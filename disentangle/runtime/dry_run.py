@@ -25,6 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from ..checks import PRECISION_ALIASES
 from ..errors import ConfigError
 from ..foundation.devices import GPU_ACCELERATORS, SIMULATE_VARIABLE, simulated_gpus
 from . import config
@@ -46,7 +47,6 @@ KEY = "dry_run"
 WIDTH = 120  # the report's lines at most (a narrower terminal, or COLUMNS, narrows them)
 # Hydra's other commands: with one of them dry_run=true is a value of the config they show, not a request
 _OTHER_COMMANDS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
-_PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed", "64": "64-true"}
 _LABEL_OF = {sig: label for label, sig in SIGNATURES.items()}
 
 
@@ -376,7 +376,7 @@ def _estimate(job: Job, values: dict, choices: dict, launch: Launch, gpus: int) 
     else:
         job.device = accelerator
     precision = str(trainer.get("precision", "auto"))
-    precision = _PRECISION_ALIASES.get(precision, precision)
+    precision = PRECISION_ALIASES.get(precision, precision)
     job.precision = ("bf16-mixed" if job.device == "cuda" else "32-true") if precision == "auto" else precision
     job.compile = str(trainer.get("compile", "auto")).lower()
     estimate = job.estimate
