@@ -358,13 +358,22 @@ def render(results: dict | None) -> str:
     if claims.get("status") not in (None, "not run"):
         lines += ["", f"**Claims** at laptop budget, {claims.get('jobs')} run(s) at once on the device: "
                   f"{claims.get('runs_finished')} runs finished of {claims.get('runs_started')} started "
-                  f"(median {_f(claims.get('median_run_s'), '.0f', ' s')} per run); verdicts "
-                  f"{claims.get('verdicts') or 'not assessed (stopped at the budget)'}."]
+                  f"(median {_f(claims.get('median_run_s'), '.0f', ' s')} per run); {_verdict_words(claims)}."]
     proposed = results.get("proposed", {})
     if proposed.get("MEASURED_SPEEDUP"):
         lines += ["", f"**Compile rule on CUDA** from these rows (`runtime.compilation`): MEASURED_SPEEDUP['cuda'] = "
                   f"`{proposed['MEASURED_SPEEDUP']}`, EXPECTED['cuda'].cost_s = {proposed.get('EXPECTED_cost_s')}."]
     return "\n".join(lines)
+
+
+def _verdict_words(claims: dict) -> str:
+    """``verdicts: 3 holds, 30 incomplete`` from the stage's verdict counts; a claim whose runs did not all finish
+    in the budget is ``incomplete``."""
+    counts = claims.get("verdicts") or {}
+    assessed = {v: n for v, n in counts.items() if v != "incomplete"}
+    if not assessed:
+        return "no claim assessed (its runs did not finish in the budget)"
+    return "verdicts: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
 
 
 def render_into(page: Path, results: dict | None) -> None:
