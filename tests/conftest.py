@@ -42,7 +42,10 @@ FAST = [
     "callbacks.evaluation.progress=false",
     "callbacks.checkpoint.every_n_train_steps=2",
     "print_summary=false",
+    # the figures cost about 1 s of a 2.5 s run: a test that looks at them turns them on (FIGURES)
+    "callbacks.evaluation.figures=false",
 ]
+FIGURES = "callbacks.evaluation.figures=true"
 
 # under pytest-xdist (make test: -n workers) the workers share the cores: each takes its share of them, and so do the
 # processes a test starts (OMP_NUM_THREADS), so that a run in a subprocess computes as its twin in the test process

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import FAST, run_cli
+from conftest import FAST, FIGURES, run_cli
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -167,7 +167,7 @@ def test_ddp_training_evaluation_equals_single_process_evaluation_of_the_same_we
     the identical latent/factor matrix and identical metrics."""
     run_dir = tmp_path / "ddp"
     overrides = [o for o in FAST if not o.startswith("print_summary")] + [
-        "model=ae", "data=shapes2d", "trainer=ddp", "trainer.devices=2",
+        FIGURES, "model=ae", "data=shapes2d", "trainer=ddp", "trainer.devices=2",
         "callbacks.evaluation.batch_size=48",  # 256 rows: 6 batches, 3 per rank, the last one short
         "callbacks.evaluation.save_latents=true", "print_summary=false",
     ]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import FIGURES, ROOT
 
 
 def run_evaluate(*args):
@@ -25,7 +25,7 @@ def trained(tmp_path_factory, trained_run):
 
 EVAL = ["callbacks.evaluation.dci.max_depth=4", "callbacks.evaluation.dci.n_estimators=10",
         "callbacks.evaluation.n_samples=256", "callbacks.evaluation.n_interventions=3",
-        "callbacks.evaluation.progress=false"]
+        "callbacks.evaluation.progress=false", FIGURES]
 
 
 def test_evaluate_reproduces_the_training_runs_final_metrics_next_to_the_checkpoint(trained):

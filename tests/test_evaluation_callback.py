@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import pytorch_lightning as pl
-from conftest import FAST, compose_config
+from conftest import FAST, FIGURES as FIGURES_ON, compose_config
 from hydra.utils import instantiate
 from matplotlib.image import imread
 
@@ -79,7 +79,7 @@ class OnStep(pl.Callback):
 
 
 def test_background_results_reach_the_csv_logger_history_and_metrics_json(tmp_path):
-    job = _job(tmp_path, "trainer.max_steps=6", "callbacks.evaluation.every_n_steps=2")
+    job = _job(tmp_path, "trainer.max_steps=6", "callbacks.evaluation.every_n_steps=2", FIGURES_ON)
     assert job.evaluation.background  # the default
     _fit(job)
     history = job.evaluation.history

@@ -241,8 +241,8 @@ def test_bench_tf32_compares_like_with_like_and_needs_cuda():
     from disentangle.bench.tf32 import SETTINGS, terms_and_gradient, tf32_setting
 
     torch.manual_seed(0)
-    model = bench_model(["model=tripod"], 4)
-    x = torch.rand(4, 3, 64, 64)
+    model = bench_model(["model=tripod", "model/arch=small"], 4, resolution=16)  # the settings, not the networks
+    x = torch.rand(4, 3, 16, 16)
     results = {}
     for name in SETTINGS:
         with tf32_setting(name):

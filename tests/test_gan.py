@@ -8,7 +8,7 @@ import math
 import pytest
 import pytorch_lightning as pl
 import torch
-from conftest import FAST, compose_config
+from conftest import FAST, FIGURES, compose_config
 from hydra.utils import instantiate
 from torch import nn
 
@@ -232,7 +232,7 @@ def test_latent_reconstruction_is_zero_when_the_encoder_inverts_the_generator_an
 # -- end to end: Hydra config + Lightning Trainer ------------------------------------------------------------
 @pytest.mark.parametrize("model", GANS)
 def test_each_gan_trains_from_the_config_and_writes_metrics(model, tmp_path):
-    cfg = compose_config(FAST + [f"model={model}", "data=shapes2d", "model.n_critic=2",
+    cfg = compose_config(FAST + [FIGURES, f"model={model}", "data=shapes2d", "model.n_critic=2",
                                  "callbacks.evaluation.every_n_steps=0"], output_dir=tmp_path)
     result = train(cfg)
     record = json.loads((tmp_path / "metrics.json").read_text())

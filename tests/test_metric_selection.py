@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import pytorch_lightning as pl
-from conftest import FAST, compose_config
+from conftest import FAST, FIGURES, compose_config
 from test_metrics_suite import GridModule
 
 from disentangle import metrics as M
@@ -83,7 +83,7 @@ def test_sampled_metrics_dispatch_to_the_score_functions():
 
 
 def test_callback_runs_the_chosen_metrics_at_the_end_and_the_periodic_ones_in_between(tmp_path):
-    cfg = compose_config(FAST + ["model=ae", "data=shapes2d", "trainer.max_steps=4",
+    cfg = compose_config(FAST + [FIGURES, "model=ae", "data=shapes2d", "trainer.max_steps=4",
                                  "callbacks.evaluation.metrics=[mig,mcc,factorvae]",
                                  "callbacks.evaluation.periodic_metrics=[modularity]",
                                  "callbacks.evaluation.factorvae.n_train=40",

@@ -457,3 +457,20 @@ def test_weighted_completeness_matches_hand_computation() -> None:
     assert dci_from_importance(column_normalised, "weighted")[1] == pytest.approx(
         dci_from_importance(column_normalised, "mean")[1]
     )
+
+
+def test_small_ksg_estimates_run_in_process_and_equal_the_worker_processes(monkeypatch):
+    """Below SEQUENTIAL_BELOW samples InfoM's KSG estimates skip joblib's worker processes (their start costs more
+    than the estimate); the numbers are the same as on the workers."""
+    import importlib
+
+    infomec = importlib.import_module("disentangle.metrics.infomec")  # the module, not the function of its name
+    rng = np.random.default_rng(3)
+    sources = rng.integers(0, 4, size=(300, 3))
+    latents = sources @ rng.normal(size=(3, 5)) + 0.3 * rng.normal(size=(300, 5))
+    assert 300 < infomec.SEQUENTIAL_BELOW
+    in_process = infomec.nmi_matrix(sources, latents, discrete_latents=False)
+    monkeypatch.setattr(infomec, "SEQUENTIAL_BELOW", 0)
+    on_workers = infomec.nmi_matrix(sources, latents, discrete_latents=False)
+    np.testing.assert_array_equal(in_process, on_workers)
+    assert in_process.max() > 0.1

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FAST, MODELS, compose_config, run_cli
+from conftest import FAST, FIGURES, MODELS, compose_config, run_cli
 from omegaconf import OmegaConf
 
 from disentangle.callbacks.gather import decode_interventions
@@ -23,7 +23,7 @@ SUMMARY = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "psnr")
 
 @pytest.mark.parametrize("model", MODELS)
 def test_short_training_run_writes_metrics_and_figures(model, tmp_path):
-    cfg = compose_config(FAST + [f"model={model}", "data=shapes2d"], output_dir=tmp_path)
+    cfg = compose_config(FAST + [FIGURES, f"model={model}", "data=shapes2d"], output_dir=tmp_path)
     result = train(cfg)
     record = json.loads((tmp_path / "metrics.json").read_text())
     for key in SUMMARY:
@@ -67,7 +67,7 @@ def test_checkpoint_stores_the_composed_config(trained_run):
 
 def test_cli_run_lands_in_the_hydra_run_dir_and_prints_the_table(tmp_path):
     run_dir = tmp_path / "run"
-    res = run_cli(*[o for o in FAST if not o.startswith("print_summary")], "model=tripod", "data=sprites",
+    res = run_cli(*[o for o in FAST if not o.startswith("print_summary")], FIGURES, "model=tripod", "data=sprites",
                   f"hydra.run.dir={run_dir}")
     assert res.returncode == 0, res.stderr[-3000:]
     assert (run_dir / "metrics.json").is_file() and (run_dir / ".hydra" / "config.yaml").is_file()
@@ -207,7 +207,7 @@ def test_wandb_logger_runs_offline_with_the_real_library(tmp_path):
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        cfg = compose_config(FAST + ["model=tripod", "logger=wandb"], output_dir=tmp_path)
+        cfg = compose_config(FAST + [FIGURES, "model=tripod", "logger=wandb"], output_dir=tmp_path)
         train(cfg)
     finally:
         import wandb
@@ -286,7 +286,7 @@ def test_density_terms_are_divided_by_the_pixel_count_and_other_terms_are_not(tm
 
 def test_evaluation_sees_mu_for_gaussians_and_code_indices_for_vq(tmp_path):
     extra = ["callbacks.evaluation.save_latents=true", "callbacks.evaluation.every_n_steps=0"]
-    cfg = compose_config(FAST + extra + ["model=vqvae", "data=shapes2d", "model.latent.codebook_size=32",
+    cfg = compose_config(FAST + extra + [FIGURES, "model=vqvae", "data=shapes2d", "model.latent.codebook_size=32",
                                          "model.latent.code_dim=4"], output_dir=tmp_path / "vq")
     result_vq = train(cfg)
     z = np.load(tmp_path / "vq" / "latents.npz")["latents"]

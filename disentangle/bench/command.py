@@ -9,6 +9,7 @@ from .seeds import MODELS as SEED_MODELS  # torch-free
 
 # The benchmarks import torch when they run, not here: `--help` and a mistake in the arguments answer at once.
 DEVICE_HELP = "torch device (default: cuda when available, else cpu)"
+TF32_NEEDS_CUDA = "bench tf32 needs a CUDA device: TF32 exists only there (--device cuda)"
 
 
 def default_device() -> str:
@@ -82,6 +83,8 @@ def main(argv=None) -> None:
         if args.json is not None:
             args.json.write_text(json.dumps(rows, indent=1) + "\n")
         raise SystemExit(0 if all(r["ok"] for r in rows) else 1)
+    if args.what == "tf32" and not str(args.device).startswith("cuda"):  # named by the user: refused before torch
+        raise SystemExit(TF32_NEEDS_CUDA)
     if getattr(args, "device", "") is None:
         args.device = default_device()
     from .batches import bench_data

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from ..foundation.precision import tf32_flags
+from .command import TF32_NEEDS_CUDA  # torch-free: the command line refuses with the same words before importing torch
 
 CASES = [
     ("qlae", ["model=qlae"]),
@@ -60,7 +61,7 @@ def bench_tf32(build: Callable, sync: Callable, device: str = "cuda", batch_size
     (``disentangle.bench``'s)."""
     dev = torch.device(device)
     if dev.type != "cuda":
-        raise SystemExit("bench tf32 needs a CUDA device: TF32 exists only there (--device cuda)")
+        raise SystemExit(TF32_NEEDS_CUDA)
     rows = []
     print(f"TF32 against float32 on {torch.cuda.get_device_name(dev)}: first step's terms and gradient, batch "
           f"{batch_size}, 64x64; step times median of {repeats}, settings interleaved")

@@ -124,6 +124,10 @@ def _mutual_info_all_pairs(
     return out
 
 
+# below this many samples the KSG estimates run in this process (joblib's workers cost more to start than they save)
+SEQUENTIAL_BELOW = 1000
+
+
 def nmi_matrix(
     sources: Any, latents: Any, *, discrete_latents: bool, ksg_k: int = 3, seed: int = 0, device: Any = None
 ) -> np.ndarray:
@@ -132,7 +136,7 @@ def nmi_matrix(
     Hsu et al. 2023 §4.1, eq. 7. Discrete latents: label-encoded, plug-in MI of the contingency
     table (all pairs at once; on ``device`` with torch if given). Continuous latents: the Ross (2014)
     discrete–continuous k-NN estimator (sklearn's ``mutual_info_classif``, k = ``ksg_k``, ``random_state=seed``)
-    on per-column standardised latents, latent columns in parallel.
+    on per-column standardised latents, latent columns in parallel (from :data:`SEQUENTIAL_BELOW` samples).
     NaN → 0, result clipped to [0, 1]. Single-valued sources give a zero row (with a warning); constant
     continuous latents get a zero column (rather than the estimator's jitter-driven small positive values).
     """
@@ -151,10 +155,14 @@ def nmi_matrix(
         z_std = standardize(z)
         # A constant column carries no information, but KSG on sklearn's tiny jitter reports small positive MI.
         varies = z.std(axis=0) > 0
+        # One call per source covers all latent columns, on joblib's worker processes from SEQUENTIAL_BELOW samples
+        # on: starting them costs about 2.3 s per process, more than a small estimate takes in this one (256
+        # samples x 12 latents: 0.07 s per source). The numbers are the same either way (each call seeds its own
+        # jitter). Not threads: sklearn's Parallel resets the process-wide warning filters in each call.
+        n_jobs = 1 if s.shape[0] < SEQUENTIAL_BELOW else -1
         for i in np.flatnonzero(usable):
-            # One call per source covers all latent columns (estimated independently, on n_jobs workers).
             mi = mutual_info_classif(
-                z_std, s_codes[:, i], discrete_features=False, n_neighbors=ksg_k, random_state=seed, n_jobs=-1
+                z_std, s_codes[:, i], discrete_features=False, n_neighbors=ksg_k, random_state=seed, n_jobs=n_jobs
             )
             nmi[i] = mi * varies / entropy[i]
     return np.clip(np.nan_to_num(nmi, nan=0.0), 0.0, 1.0)
