@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["FP16_OFF_CUDA", "PRECISIONS", "PRECISION_ALIASES", "check_choice", "check_counts", "check_int", "check_nonnegative", "check_one_of"]
+__all__ = ["FP16_OFF_CUDA", "PRECISIONS", "PRECISION_ALIASES", "TF32_NEEDS_CUDA", "check_choice", "check_counts", "check_int", "check_nonnegative", "check_one_of"]
 
 # trainer.precision's values and their short forms (Lightning's names): here, torch-free, so that a command's
 # config checks can name them before torch is imported; what may run where is disentangle.foundation.precision's
@@ -16,6 +16,8 @@ PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
 PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed", "64": "64-true"}
 FP16_OFF_CUDA = ("trainer.precision=16-mixed needs a CUDA GPU (float16 with a gradient scaler); on the {device} use "
                  "trainer.precision=bf16-mixed")
+# bench tf32 on another device: refused by the command line before torch is imported, and by bench_tf32 itself
+TF32_NEEDS_CUDA = "bench tf32 needs a CUDA device: TF32 exists only there (--device cuda)"
 
 
 def check_choice(key: str, value: str, allowed: Iterable[str]) -> str:

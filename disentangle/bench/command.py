@@ -5,11 +5,11 @@ import argparse
 import json
 from pathlib import Path
 
+from ..checks import TF32_NEEDS_CUDA  # torch-free
 from .seeds import MODELS as SEED_MODELS  # torch-free
 
 # The benchmarks import torch when they run, not here: `--help` and a mistake in the arguments answer at once.
 DEVICE_HELP = "torch device (default: cuda when available, else cpu)"
-TF32_NEEDS_CUDA = "bench tf32 needs a CUDA device: TF32 exists only there (--device cuda)"
 
 
 def default_device() -> str:

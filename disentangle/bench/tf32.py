@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from ..foundation.precision import tf32_flags
-from .command import TF32_NEEDS_CUDA  # torch-free: the command line refuses with the same words before importing torch
+from ..checks import TF32_NEEDS_CUDA
 
 CASES = [
     ("qlae", ["model=qlae"]),
