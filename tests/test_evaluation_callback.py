@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import pytorch_lightning as pl
-from conftest import FAST, FIGURES as FIGURES_ON, compose_config
+from conftest import FAST, compose_config
+from conftest import FIGURES as FIGURES_ON
 from hydra.utils import instantiate
 from matplotlib.image import imread
 

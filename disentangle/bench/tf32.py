@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..foundation.precision import tf32_flags
 from ..checks import TF32_NEEDS_CUDA
+from ..foundation.precision import tf32_flags
 
 CASES = [
     ("qlae", ["model=qlae"]),
