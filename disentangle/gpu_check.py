@@ -370,8 +370,7 @@ def _verdict_words(claims: dict) -> str:
     """``verdicts: 3 holds, 30 incomplete`` from the stage's verdict counts; a claim whose runs did not all finish
     in the budget is ``incomplete``."""
     counts = claims.get("verdicts") or {}
-    assessed = {v: n for v, n in counts.items() if v != "incomplete"}
-    if not assessed:
+    if not set(counts) - {"incomplete"}:
         return "no claim assessed (its runs did not finish in the budget)"
     return "verdicts: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
 

@@ -45,21 +45,13 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     repeats = parser.parse_args().repeats
     from conftest import FAST  # the suite's tiny-run settings
+
+    from disentangle.foundation.provenance import machine
 
     args = [*FAST, "model=ae", "data=shapes2d"]
     mp.set_start_method("forkserver")
@@ -83,7 +75,9 @@ def main() -> None:
             child.join()
             forked_wall.append(time.perf_counter() - start)
             assert child.exitcode == 0, Path(f"{tmp}/forked{i}.log").read_text()[-2000:]
-    print(f"a tiny run through the command line ({_cpu_model()}, {os.cpu_count()} cores), median of {repeats}:")
+    where = machine()
+    print(f"a tiny run through the command line ({where['cpu']}, {where['vector_isa'] or 'no known vector ISA'}, "
+          f"{where['cpu_count']} cores), median of {repeats}:")
     print(f"  fresh interpreter: {statistics.median(fresh_wall):.1f} s wall, {statistics.median(fresh_cpu):.1f} s CPU")
     print(f"  forked from a preloaded server: {statistics.median(forked_wall):.1f} s wall")
 
