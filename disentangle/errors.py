@@ -14,6 +14,11 @@ class DatasetNotFoundError(FileNotFoundError):
     """A dataset's prepared file is missing; the message says which file and how to make it."""
 
 
+class DatasetDamagedError(DatasetNotFoundError):
+    """A prepared file differs from the seal ``prepare`` wrote (swapped, truncated, rewritten); the message names it
+    and how to make it again. A subclass of :class:`DatasetNotFoundError`, so every command reports it in one line."""
+
+
 class NonFiniteLossError(RuntimeError):
     """A loss term became NaN or inf; the message names the term and the step."""
 

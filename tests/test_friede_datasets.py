@@ -455,12 +455,12 @@ def test_missing_raw_files_name_what_to_put_where(tmp_path):
 
 
 def test_download_sources_are_registered():
-    from disentangle.data.download import SOURCES
-    from disentangle.data.preparation import source_keys
+    from disentangle.data.preparation import dataset_files, source_keys
+    from disentangle.data.sources import load_sources
 
-    assert SOURCES["cars3d"].url == "http://www.scottreed.info/files/nips2015-analogy-data.tar.gz"
-    keys = source_keys("smallnorb", None)
-    assert [SOURCES[k].filename for k in keys] == [n + ".gz" for n in NORB_NAMES]
-    assert all(SOURCES[k].url == "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small/" + SOURCES[k].filename
-               for k in keys)
+    registry = load_sources()
+    assert "http://www.scottreed.info/files/nips2015-analogy-data.tar.gz" in [s.url for s in registry["cars3d"].sources]
+    files = dataset_files("smallnorb", None, registry)
+    assert [f.filename for f in files] == [n + ".gz" for n in NORB_NAMES]
+    assert all(f.sources[0].url.endswith("/" + f.filename) for f in files)
     assert source_keys("dsprites", None) == ("dsprites",) and source_keys("mpi3d", "toy") == ("mpi3d_toy",)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from disentangle.data.download import SOURCES
+from disentangle.data.formats import OFFICIAL
+from disentangle.data.preparation import dataset_files
 from disentangle.data.sources import (
     CITATION,
     SourcesError,
@@ -39,27 +40,26 @@ def document():
     return yaml.safe_load(resources.files("disentangle.data").joinpath("sources.yaml").read_text(encoding="utf-8"))
 
 
-def test_the_registry_loads_and_has_one_entry_per_download_source(registry):
-    assert list(registry) == list(SOURCES), "the registry's keys (in order) are not download.SOURCES's"
-    for key, remote in SOURCES.items():
-        assert registry[key].filename == remote.filename, key
-        assert isinstance(registry[key].checked, datetime.date)
+def test_the_registry_has_an_entry_for_every_file_prepare_needs_under_the_converters_names(registry):
+    """Every raw file of every prepared dataset (each variant, each SmallNORB file) is an entry whose filename is what
+    the converter looks for, and the registry holds nothing else."""
+    needed = set()
+    for name, official in OFFICIAL.items():
+        for variant in official.files:
+            for entry in dataset_files(name, variant, registry):
+                needed.add(entry.key)
+                names = {official.file(variant), *(official.companions or ())}
+                names |= {n + ".gz" for n in names} if official.gzip else set()
+                if official.archive:
+                    names.add(official.archive)
+                assert entry.filename in names, (name, variant, entry.filename)
+                assert entry.dataset == name and isinstance(entry.checked, datetime.date)
+    assert needed == set(registry), "sources.yaml holds entries no dataset uses, or misses some"
 
 
-def test_the_location_the_downloader_uses_today_is_a_listed_source(registry):
-    """Where download.SOURCES fetches each file from is one of the registry's sources for it (or a rejected one,
-    with its reason): the registry can only add locations, never lose the one in use."""
-    for key, remote in SOURCES.items():
-        entry = registry[key]
-        if remote.gdrive_id is not None:
-            listed = [s for s in entry.sources if s.gdrive_id == remote.gdrive_id]
-            rejected = [s for s in entry.rejected_sources if s.gdrive_id == remote.gdrive_id]
-        else:
-            listed = [s for s in entry.sources if s.url == remote.url]
-            rejected = [s for s in entry.rejected_sources if s.url == remote.url]
-        assert listed or rejected, f"{key}: {remote.source} is not in sources.yaml"
-        assert all(s.reason for s in rejected)
-        assert not rejected, f"{key}: the downloader uses a rejected source, {remote.source}: {rejected[0].reason}"
+def test_no_source_is_also_rejected(registry):
+    for key, entry in registry.items():
+        assert not {s.url for s in entry.sources} & {s.url for s in entry.rejected_sources}, key
 
 
 def test_mpi3d_toy_realistic_and_real_list_the_owners_hugging_face_location_first(registry):
@@ -83,7 +83,7 @@ def test_every_source_is_cited_and_every_checksum_well_formed(registry):
             assert entry.size > 0 and CITATION.fullmatch(entry.size_cited_by), key
     # the facts tensorflow-datasets publishes are there (Shapes3D and the six SmallNORB files)
     published = sorted(k for k, e in registry.items() if e.sha256 is not None)
-    assert published == sorted(["shapes3d", *(k for k in SOURCES if k.startswith("smallnorb_"))])
+    assert published == sorted(["shapes3d", *(k for k in registry if k.startswith("smallnorb_"))])
 
 
 def _break(document, key, edit):

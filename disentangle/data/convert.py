@@ -109,8 +109,11 @@ def derive_resolution(cache_path, resolution: int, *, chunk: int = 2048, progres
     factors, nuisance variables and attributes, images downsampled with antialiased bicubic interpolation
     (:func:`~disentangle.data.formats.downsample`), rounded to uint8. Written to ``<target>.partial`` and renamed
     when complete, like :func:`convert`; a no-op when the target is already complete."""
+    from .integrity import check_seal, write_seal
+
     source, target = Path(cache_path), resolution_path(cache_path, resolution)
     if is_complete(target):
+        check_seal(target, f"run again (it is derived anew from {source.name})")
         return target
     if not is_complete(source):
         raise FormatError(f"{source}: not a complete cache to derive {resolution} px images from")
@@ -135,6 +138,7 @@ def derive_resolution(cache_path, resolution: int, *, chunk: int = 2048, progres
         finally:
             bar.close()
         dst.attrs["complete"] = True
+    write_seal(target)
     return target
 
 

@@ -1,114 +1,66 @@
-"""Download the official raw files of the real datasets, with a progress bar and checksum verification.
+"""Fetch the real datasets' raw files from the sources of ``sources.yaml``, in order, and verify them (issue 43 item 2).
 
-http(s) URLs are fetched with pooch's HTTP downloader (tqdm progress bar); Google-Drive-hosted files with
-gdown (its own progress bar). Every download goes to ``<filename>.part`` inside ``root``, is verified, and
-only then moved to its final name with :func:`os.replace`, so a failed or corrupt download never leaves
-anything at the final path (nor a partial file behind).
-
-Checksums: where a SHA-256 is published it is passed as ``RemoteFile.sha256`` and a mismatch is an error.
-Where none is published (``sha256=None``), the first download records the hash it computed in
-``<filename>.sha256`` (``sha256sum`` format) and warns that the file could not be verified; later fetches
-verify the existing file against that recorded hash.
+- **Sources in order.** Each :class:`~disentangle.data.sources.DatasetFile` lists its sources, the owners' current
+  location first. A source that fails (HTTP error, timeout, wrong bytes) is noted and the next one is tried; when all
+  fail, one :class:`DownloadError` line names the file, every source tried with its error, and the manual route.
+- **Transports.** Hugging Face Hub files go through ``huggingface_hub`` (its resume; ``HF_ENDPOINT`` is honoured),
+  Google Drive through ``gdown``, plain http(s) through a small resumable ``requests`` loop: a transfer that drops
+  is resumed with a ``Range`` request (up to :data:`RESUMES` times per source, and across runs: the ``.part`` file is
+  kept). A stall longer than ``timeout`` seconds ends that source at once (no retry).
+- **Verification.** Size and SHA-256 where published (and dSprites' git blob id): a mismatch is refused and nothing
+  is left at the final path. With no published checksum, the hash is recorded in ``<file>.sha256`` (one line says
+  so) and enforced from then on.
+- **One download per file.** A lock file ``.locks/<file>.lock`` in the data root: a second job waits, then finds the file there.
 """
-
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import fcntl
 import os
-import warnings
-from dataclasses import dataclass
+import shutil
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["SOURCES", "DownloadError", "RemoteFile", "fetch", "recorded_sha256", "sha256_of"]
+from .integrity import digests_of, sha256_of
+from .sources import DatasetFile, Source
 
-#: seconds to wait for the server (connect, and between bytes of the body)
+__all__ = ["DEFAULT_TIMEOUT", "RESUMES", "DownloadError", "check_file", "fetch_file", "file_lock", "lock_path", "manual_route",
+           "recorded_sha256", "sha256_of", "take_file", "verify_file"]
+
+#: seconds to wait for a server (to connect, and between bytes of the body)
 DEFAULT_TIMEOUT = 60.0
-_CHUNK = 1 << 20
+#: times a dropped http transfer is resumed (Range request) before the source counts as failed
+RESUMES = 3
+_CHUNK = 1 << 16  # small enough that a cut loses little of what arrived
+
+Log = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 class DownloadError(RuntimeError):
-    """A dataset file could not be downloaded or verified; the message is one line naming file and source."""
+    """A raw file could not be fetched or verified; the message is one line naming the file and what to do."""
 
 
-@dataclass(frozen=True)
-class RemoteFile:
-    """One official raw file of a dataset and where to get it."""
-
-    filename: str  # the official file name saved in data.root
-    url: str | None = None  # http(s) URL, or
-    gdrive_id: str | None = None  # a Google Drive file id
-    sha256: str | None = None  # known checksum; None = not published (recorded on first download)
-    size: str = ""  # human size for messages, e.g. "13 GB"
-
-    def __post_init__(self) -> None:
-        if not self.filename or os.path.basename(self.filename) != self.filename:
-            raise ValueError(f"RemoteFile.filename must be a bare file name, got {self.filename!r}")
-        if (self.url is None) == (self.gdrive_id is None):
-            raise ValueError(f"RemoteFile {self.filename!r} needs exactly one of url or gdrive_id")
-
-    @property
-    def source(self) -> str:
-        """Human description of where the file comes from."""
-        return self.url if self.url is not None else f"Google Drive id {self.gdrive_id}"
+class _Stalled(Exception):
+    """The server sent nothing for ``timeout`` seconds."""
 
 
-_MPI3D_BASE = "https://storage.googleapis.com/disentanglement_dataset/Final_Dataset"
-_SMALLNORB_BASE = "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small"
-
-
-def _smallnorb(chunk: str, kind: str) -> RemoteFile:
-    filename = f"smallnorb-{chunk}-{kind}.mat.gz"
-    return RemoteFile(filename, url=f"{_SMALLNORB_BASE}/{filename}")
-
-
-# Checksums are not published in the dataset specs: they stay None and are recorded on first download.
-SOURCES: dict[str, RemoteFile] = {
-    "shapes3d": RemoteFile(
-        "3dshapes.h5", url="https://storage.googleapis.com/3d-shapes/3dshapes.h5", size="255 MB"
-    ),
-    "dsprites": RemoteFile(
-        "dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz",
-        url="https://github.com/deepmind/dsprites-dataset/raw/master/"
-        "dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz",
-        size="26 MB",
-    ),
-    "mpi3d": RemoteFile(
-        "real3d_complicated_shapes_ordered.npz", gdrive_id="1Tp8eTdHxgUMtsZv5uAoYAbJR1BOa_OQm"
-    ),
-    "mpi3d_toy": RemoteFile("mpi3d_toy.npz", url=f"{_MPI3D_BASE}/mpi3d_toy.npz"),
-    "mpi3d_realistic": RemoteFile("mpi3d_realistic.npz", url=f"{_MPI3D_BASE}/mpi3d_realistic.npz"),
-    "mpi3d_real": RemoteFile("mpi3d_real.npz", url=f"{_MPI3D_BASE}/mpi3d_real.npz"),
-    "falcor3d": RemoteFile(
-        "Falcor3D_down128.zip", gdrive_id="1XAQfFK1x6cpN1eiovbP0hVfLTm5SsSoJ", size="3.7 GB"
-    ),
-    "isaac3d": RemoteFile("Isaac3D_down128.zip", gdrive_id="1OmQ1G2wnm6eTsSFGTKFZZAh5D3nQTW1B", size="13 GB"),
-    # Reed et al. 2015's analogy data (its cars/ folder is Cars3D); the host serves it over plain http
-    "cars3d": RemoteFile(
-        "nips2015-analogy-data.tar.gz", url="http://www.scottreed.info/files/nips2015-analogy-data.tar.gz"
-    ),
-    # small NORB: six gzipped files (training and testing: dat, cat, info), all needed
-    **{f"smallnorb_{split}_{kind}": _smallnorb(chunk, f"{split}-{kind}")
-       for split, chunk in (("training", "5x46789x9x18x6x2x96x96"), ("testing", "5x01235x9x18x6x2x96x96"))
-       for kind in ("dat", "cat", "info")},
-}
-
-
-def sha256_of(path: Path) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-def recorded_sha256(path: Path) -> str | None:
-    """The hash recorded in ``<path>.sha256`` by an earlier download, or None."""
-    side = _sidecar(path)
+def recorded_sha256(path) -> str | None:
+    """The hash recorded in ``<path>.sha256`` by an earlier download (``sha256sum`` format), or None."""
+    side = _sidecar(Path(path))
     if not side.is_file():
         return None
     words = side.read_text().split()
@@ -122,114 +74,255 @@ def _record(path: Path, digest: str) -> None:
     os.replace(tmp, side)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+# -- verification ------------------------------------------------------------------------------------------------------
+def check_file(entry: DatasetFile, path) -> tuple[str | None, str]:
+    """Check ``path``'s bytes against what is known about ``entry``. Returns ``(problem, sha256)``: problem is None
+    when every published fact (size, SHA-256, git blob id) and the recorded hash hold, else one clause saying which
+    differs. The size is checked first, so a wrong-sized file costs no hash."""
+    path = Path(path)
+    size = path.stat().st_size
+    if entry.size is not None and size != entry.size:
+        return f"it is {size} bytes, not the published {entry.size}", ""
+    digests = digests_of(path, git_blob=entry.git_blob_sha1 is not None)
+    actual = digests["sha256"]
+    if entry.sha256 is not None and actual != entry.sha256:
+        return f"its sha256 is {actual}, not the published {entry.sha256}", actual
+    if entry.git_blob_sha1 is not None and digests["git_blob_sha1"] != entry.git_blob_sha1:
+        return f"its git blob id is {digests['git_blob_sha1']}, not the owners' {entry.git_blob_sha1}", actual
+    if entry.sha256 is None:
+        recorded = recorded_sha256(path.parent / entry.filename)
+        if recorded is not None and actual != recorded:
+            return f"its sha256 is {actual}, not the {recorded} recorded at its first download", actual
+    return None, actual
 
 
-def _download_http(url: str, part: Path, *, progress: bool, timeout: float) -> None:
-    import pooch  # lazy: keeps `import disentangle.data` light
-
-    # pooch streams with requests.get() but never closes the response (on success or on an HTTP error),
-    # which leaks the socket until GC (ResourceWarning); a response hook lets us close it ourselves.
-    responses = []
-    downloader = pooch.HTTPDownloader(
-        progressbar=progress, timeout=timeout, hooks={"response": [lambda r, *a, **k: responses.append(r)]}
-    )
-    try:
-        downloader(url, str(part), None)
-    finally:
-        for response in responses:
-            response.close()
+def _evidence(entry: DatasetFile) -> str:
+    if entry.sha256 is not None:
+        return "the published sha256"
+    if entry.git_blob_sha1 is not None:
+        return "the owners' git blob id"
+    return "no published checksum"
 
 
-def _download_gdrive(file_id: str, part: Path, *, progress: bool, timeout: float) -> None:
+def _accept(entry: DatasetFile, candidate: Path, final: Path, origin: str, log: Log) -> Path:
+    """Verify ``candidate`` and move it to ``final``; refuse (deleting the candidate) when it differs."""
+    problem, actual = check_file(entry, candidate)
+    if problem is not None:
+        candidate.unlink(missing_ok=True)
+        raise _Refused(f"wrong bytes: {problem}")
+    os.replace(candidate, final)
+    if entry.sha256 is None and recorded_sha256(final) is None:
+        _record(final, actual)
+        extra = " (its git blob id matches the owners')" if entry.git_blob_sha1 is not None else ""
+        log(f"note: {entry.filename} (from {origin}) has no published sha256{extra}; recorded {actual} in "
+            f"{_sidecar(final).name}, which later runs check")
+    return final
+
+
+class _Refused(Exception):
+    """The bytes arrived but are not the file."""
+
+
+def verify_file(entry: DatasetFile, path, log: Log = _stderr) -> str:
+    """Verify a file already at its final path; return a phrase saying against what. Raises :class:`DownloadError`
+    when it differs (the file is left in place for the user to inspect)."""
+    path = Path(path)
+    problem, actual = check_file(entry, path)
+    if problem is not None:
+        raise DownloadError(f"{path} is not {entry.filename} ({problem}); delete it (and {_sidecar(path).name} if "
+                            f"present) and prepare again, or see {manual_route(entry, path.parent)}")
+    if entry.sha256 is not None:
+        return "matches the published sha256"
+    if recorded_sha256(path) is not None:
+        return "matches the sha256 recorded at its first download"
+    _record(path, actual)
+    log(f"note: {path.name} has no published sha256; recorded {actual} in {_sidecar(path).name}, which later runs "
+        f"check")
+    return "recorded its sha256 (none is published)"
+
+
+# -- transports --------------------------------------------------------------------------------------------------------
+def _http(url: str, part: Path, *, progress: bool, timeout: float, label: str, log: Log) -> None:
+    """Stream ``url`` into ``part``, resuming what ``part`` already holds with a Range request."""
+    import requests  # lazy: `import disentangle.data` stays light
+    from tqdm.auto import tqdm
+
+    for attempt in range(RESUMES + 1):
+        have = part.stat().st_size if part.exists() else 0
+        headers = {"Range": f"bytes={have}-", "Accept-Encoding": "identity"} if have else {"Accept-Encoding": "identity"}
+        try:
+            with requests.get(url, stream=True, timeout=timeout, headers=headers) as response:
+                if have and response.status_code == 416:  # nothing left to send: the part is whole
+                    return
+                response.raise_for_status()
+                resumed = have > 0 and response.status_code == 206
+                if have and not resumed:
+                    have = 0  # the server ignored the Range: start over
+                length = response.headers.get("Content-Length")
+                total = have + int(length) if length and length.isdigit() else None
+                if resumed:
+                    log(f"resuming {label} at byte {have} of {total if total is not None else '?'} from {url}")
+                with open(part, "ab" if resumed else "wb") as fh, tqdm(
+                        total=total, initial=have, unit="B", unit_scale=True, desc=label, disable=not progress,
+                        leave=False) as bar:
+                    for block in response.iter_content(_CHUNK):
+                        fh.write(block)
+                        bar.update(len(block))
+        except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            if _timed_out(exc):
+                raise _Stalled(f"no bytes for {timeout:g} s") from exc
+            if attempt == RESUMES or not part.exists():
+                raise
+            continue
+        except requests.exceptions.Timeout as exc:
+            raise _Stalled(f"no answer within {timeout:g} s") from exc
+        if total is None or part.stat().st_size >= total:
+            return
+    raise ConnectionError(f"the transfer dropped {RESUMES + 1} times")
+
+
+def _timed_out(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        name = type(exc).__name__
+        if "Timeout" in name or isinstance(exc, TimeoutError) or "timed out" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__ or (exc.args[0] if exc.args and isinstance(exc.args[0],
+                                                                                        BaseException) else None)
+    return False
+
+
+def _gdrive(file_id: str, part: Path, *, progress: bool, timeout: float) -> None:
     import gdown  # lazy
 
-    # Hand gdown an open file object rather than a path: with a path, gdown writes to its own randomly named
-    # temporary file and keeps it on failure (for resuming), which would leave a partial file behind.
+    # An open file object, not a path: with a path gdown writes its own randomly named temporary file and keeps it
+    # on failure. Google Drive transfers restart (gdown cannot resume into our part file).
     with open(part, "wb") as fh:
         gdown.download(id=file_id, output=fh, quiet=not progress, timeout=timeout)
     if part.stat().st_size == 0:
-        raise DownloadError("the download was empty")
+        raise ConnectionError("the download was empty")
 
 
-def fetch(
-    remote: RemoteFile,
-    root: Path,
-    *,
-    progress: bool = True,
-    url_override: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-) -> Path:
-    """Download ``remote`` into ``root`` (if not there yet), verify it, and return its final path.
+def _hub(source: Source, root: Path, *, progress: bool, timeout: float) -> Path:
+    """Download through huggingface_hub into ``root/.huggingface`` (its resume and metadata live there)."""
+    import huggingface_hub
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
-    ``url_override`` fetches from another http(s) URL instead (a mirror, or a local test server); it takes
-    precedence over both ``url`` and ``gdrive_id``. ``progress=False`` silences the progress bar.
+    was_disabled = are_progress_bars_disabled()
+    if not progress:
+        disable_progress_bars()
+    try:
+        return Path(huggingface_hub.hf_hub_download(
+            source.repo_id, source.hf_filename, repo_type=source.repo_type, revision=source.revision,
+            local_dir=root / ".huggingface", endpoint=os.environ.get("HF_ENDPOINT") or None, etag_timeout=timeout))
+    finally:
+        if not progress and not was_disabled:
+            enable_progress_bars()
 
-    Raises :class:`DownloadError` (one line naming the file and the source) on HTTP errors, dropped
-    connections, timeouts, and checksum mismatches; nothing is then left at the final path or as ``.part``.
+
+def _where(source: Source, root: Path) -> str:
+    if source.kind == "hf":
+        endpoint = os.environ.get("HF_ENDPOINT")
+        return source.url if not endpoint else f"{source.url} (via HF_ENDPOINT={endpoint})"
+    return source.url
+
+
+# -- the entry points --------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def file_lock(path, log: Log = _stderr, what: str = "") -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if absent); say once if another process holds it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process preparing {what or path.stem} (lock {path})")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def lock_path(target: Path) -> Path:
+    """Where the lock of a file in a data root lives: ``<root>/.locks/<file>.lock`` (out of the way of globs)."""
+    return target.parent / ".locks" / f"{target.name}.lock"
+
+
+def _data_args(entry: DatasetFile) -> str:
+    return f"data={entry.dataset}" + (f" data.variant={entry.variant}" if entry.variant else "")
+
+
+def manual_route(entry: DatasetFile, root) -> str:
+    """How to fetch the file by hand: where from, what to check, where to put it."""
+    size = f"{entry.size} bytes" if entry.size is not None else "size not published"
+    digest = f"sha256 {entry.sha256}" if entry.sha256 is not None else "no published sha256"
+    return (f"by hand: download {entry.sources[0].url} ({size}, {digest}) and run python -m disentangle.prepare "
+            f"{_data_args(entry)} --from-file PATH, or put it at {Path(root) / entry.filename}")
+
+
+def fetch_file(entry: DatasetFile, root, *, progress: bool = True, timeout: float = DEFAULT_TIMEOUT,
+               log: Log = _stderr) -> Path:
+    """The verified raw file ``root/entry.filename``, downloaded from the first source that serves the right bytes.
+
+    Raises :class:`DownloadError`: one line naming the file, each source tried with its error, and the manual route.
     """
     root = Path(root)
-    final = root / remote.filename
-    source = url_override if url_override is not None else remote.source
-    expected = remote.sha256.lower() if remote.sha256 else None
-
-    if final.exists():
-        return _verify_existing(remote, final, expected)
-
     root.mkdir(parents=True, exist_ok=True)
-    part = final.with_name(final.name + ".part")
-    size = f" ({remote.size})" if remote.size else ""
-    try:
-        try:
-            if url_override is not None or remote.url is not None:
-                _download_http(source, part, progress=progress, timeout=timeout)
-            else:
-                assert remote.gdrive_id is not None
-                _download_gdrive(remote.gdrive_id, part, progress=progress, timeout=timeout)
-        except Exception as exc:  # requests/urllib3/gdown errors all become one DownloadError line
-            raise DownloadError(
-                f"downloading {remote.filename}{size} from {source} failed: {_one_line(exc)}"
-            ) from exc
-        actual = sha256_of(part)
-        if expected is not None and actual != expected:
-            raise DownloadError(
-                f"checksum mismatch for {remote.filename} downloaded from {source}: "
-                f"expected sha256 {expected}, got {actual}"
-            )
-        os.replace(part, final)
-    except BaseException:
+    final = root / entry.filename
+    with file_lock(lock_path(final), log, entry.filename):
+        if final.exists():  # there already, or fetched by the job that held the lock
+            verify_file(entry, final, log)
+            return final
+        failures = []
+        for number, source in enumerate(entry.sources, 1):
+            where = _where(source, root)
+            part = final.with_name(f"{final.name}.part")
+            try:
+                if source.kind == "hf":
+                    candidate = _hub(source, root, progress=progress, timeout=timeout)
+                elif source.kind == "gdrive":
+                    _gdrive(source.gdrive_id, part, progress=progress, timeout=timeout)
+                    candidate = part
+                else:
+                    _http(source.url, part, progress=progress, timeout=timeout, label=entry.filename, log=log)
+                    candidate = part
+                return _accept(entry, candidate, final, where, log)
+            except _Refused as exc:
+                failures.append(f"{number}. {where}: {exc}")
+            except _Stalled as exc:
+                failures.append(f"{number}. {where}: timed out ({exc})")
+            except Exception as exc:  # noqa: BLE001 - requests, huggingface_hub and gdown errors: noted, next source
+                failures.append(f"{number}. {where}: {_one_line(exc)}")
+            if len(entry.sources) > number:
+                log(f"{entry.filename}: source {failures[-1]}; trying the next source")
+        raise DownloadError(f"could not download {entry.filename} for {_data_args(entry)}: tried "
+                            f"{'; '.join(failures)}; {manual_route(entry, root)}")
+
+
+def take_file(entry: DatasetFile, path, root, *, log: Log = _stderr) -> Path:
+    """``prepare --from-file PATH``: verify a file the user fetched by hand and place it at ``root/entry.filename``
+    (hard-linked where possible, else copied). A file that differs from the published facts is refused."""
+    path, root = Path(path).expanduser(), Path(root)
+    if not path.is_file():
+        raise DownloadError(f"--from-file {path}: no such file (expected {entry.filename} of {_data_args(entry)})")
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / entry.filename
+    with file_lock(lock_path(final), log, entry.filename):
+        if final.exists() and final.samefile(path):
+            verify_file(entry, final, log)
+            return final
+        problem, _ = check_file(entry, path)
+        if problem is not None:
+            raise DownloadError(f"--from-file {path} is not {entry.filename} of {_data_args(entry)}: {problem}")
+        part = final.with_name(f"{final.name}.part")
         part.unlink(missing_ok=True)
-        raise
-
-    if expected is None:
-        _record(final, actual)
-        warnings.warn(
-            f"{remote.filename} (from {source}) could not be verified against a published checksum; "
-            f"recorded sha256 {actual} in {_sidecar(final).name} for later verification",
-            stacklevel=2,
-        )
-    return final
-
-
-def _verify_existing(remote: RemoteFile, final: Path, expected: str | None) -> Path:
-    recorded = recorded_sha256(final)
-    reference, origin = (expected, "published") if expected is not None else (recorded, "recorded")
-    actual = sha256_of(final)
-    if reference is None:
-        # A file put there by hand before any download: record what we have, but say it is unverified.
-        _record(final, actual)
-        warnings.warn(
-            f"{remote.filename} already exists in {final.parent} and could not be verified against a "
-            f"published checksum; recorded sha256 {actual} in {_sidecar(final).name}",
-            stacklevel=3,
-        )
-        return final
-    if actual != reference:
-        raise DownloadError(
-            f"existing {final} does not match the {origin} checksum for {remote.filename} "
-            f"(source {remote.source}): expected sha256 {reference}, got {actual}; "
-            f"delete it (and {_sidecar(final).name} if present) and fetch again"
-        )
-    return final
+        try:
+            os.link(path, part)
+        except OSError:
+            shutil.copyfile(path, part)
+        final.unlink(missing_ok=True)
+        _sidecar(final).unlink(missing_ok=True)
+        return _accept(entry, part, final, str(path), log)

@@ -31,6 +31,7 @@ from .base import FactorDataModule
 
 # The cache-location helpers live in cache.py (shared with preparation.py); they stay importable from here.
 from .cache import VARIANT_DEFAULT, cache_path, default_root, not_prepared, resolve_root
+from .integrity import check_seal
 
 __all__ = [
     "COLOURS",
@@ -77,11 +78,18 @@ class PreparedDataset:
         return len(self.factors)
 
 
+def _prepare_command(name: str, path: Path, variant: str | None) -> str:
+    option = f" data.variant={variant}" if variant else ""
+    return f"run python -m disentangle.prepare data={name}{option} data.root={path.parent}"
+
+
 def open_prepared(name: str, root=None, variant: str | None = None, raw: str = "") -> PreparedDataset:
     """Open ``<root>/<name>.h5``; a missing or incomplete file names itself and the prepare command."""
     path = cache_path(name, root, variant)
     complete = False
     if path.is_file():
+        # a swapped or damaged cache is noticed here, cheaply (size and sampled hash against the seal prepare wrote)
+        check_seal(path, _prepare_command(name, path, variant))
         with h5py.File(path, "r") as f:
             complete = bool(f.attrs.get("complete", False)) and "images" in f and "factors" in f
     if not complete:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["DatasetFile", "Source", "SourcesError", "load_sources", "parse_sources", "render_into",
+__all__ = ["DatasetFile", "Source", "SourcesError", "load_sources", "load_sources_file", "parse_sources", "render_into",
            "section_of", "sources_markdown"]
 
 KINDS = ("http", "gdrive", "hf")
@@ -57,7 +57,7 @@ class Source:
 
 @dataclass(frozen=True)
 class DatasetFile:
-    """One raw file of a dataset (a key of ``disentangle.data.download.SOURCES``) and the evidence about it."""
+    """One raw file of a dataset (a key of ``sources.yaml``) and the evidence about it."""
 
     key: str
     dataset: str
@@ -223,9 +223,22 @@ def parse_sources(document) -> dict[str, DatasetFile]:
 
 
 def load_sources() -> dict[str, DatasetFile]:
-    """Every file of the package's ``sources.yaml``, by key (the keys of ``disentangle.data.download.SOURCES``)."""
+    """Every file of the package's ``sources.yaml``, by key."""
     text = resources.files(__package__).joinpath("sources.yaml").read_text(encoding="utf-8")
     return parse_sources(yaml.safe_load(text))
+
+
+def load_sources_file(path) -> dict[str, DatasetFile]:
+    """The files of another registry in the same format (``prepare sources=PATH``: a private mirror, a test server)."""
+    path = Path(path).expanduser()
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SourcesError(f"{path}: unreadable as a sources registry ({' '.join(str(exc).split())})") from exc
+    try:
+        return parse_sources(document)
+    except SourcesError as exc:
+        raise SourcesError(str(exc).replace("sources.yaml:", f"{path}:", 1)) from None
 
 
 # -- the docs section --------------------------------------------------------------------------------------------------
