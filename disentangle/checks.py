@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["FP16_OFF_CUDA", "PRECISIONS", "PRECISION_ALIASES", "TF32_NEEDS_CUDA", "check_choice", "check_counts", "check_int", "check_nonnegative", "check_one_of"]
+__all__ = ["CAUSALCHAMBER_MISSING", "FP16_OFF_CUDA", "PRECISIONS", "PRECISION_ALIASES", "TF32_NEEDS_CUDA", "check_choice", "check_counts", "check_int", "check_nonnegative", "check_one_of"]
 
 # trainer.precision's values and their short forms (Lightning's names): here, torch-free, so that a command's
 # config checks can name them before torch is imported; what may run where is disentangle.foundation.precision's
@@ -18,6 +18,9 @@ FP16_OFF_CUDA = ("trainer.precision=16-mixed needs a CUDA GPU (float16 with a gr
                  "trainer.precision=bf16-mixed")
 # bench tf32 on another device: refused by the command line before torch is imported, and by bench_tf32 itself
 TF32_NEEDS_CUDA = "bench tf32 needs a CUDA device: TF32 exists only there (--device cuda)"
+# data=causalchamber without its extra: said before torch is imported (preflight), and by the data module
+CAUSALCHAMBER_MISSING = ("data=causalchamber needs the causalchamber package, which is not installed: "
+                         "pip install 'disentangle-quantized[causalchamber]'")
 
 
 def check_choice(key: str, value: str, allowed: Iterable[str]) -> str:

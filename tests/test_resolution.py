@@ -16,7 +16,8 @@ from disentangle.data.convert import resolution_path
 from disentangle.data.formats import downsample
 from disentangle.runtime.run import train
 
-PREPARED = [name for name in DATASETS if name not in PROCEDURAL and name not in ("balls", "circles", "cliff2d")]
+PREPARED = [name for name in DATASETS
+            if name not in PROCEDURAL and name not in ("balls", "circles", "cliff2d", "causalchamber")]
 SOURCE = {"colour_dsprites": "dsprites", "mpi3d_toy": "mpi3d"}  # the cache these read
 VARIANT = {"mpi3d_toy": "toy"}
 

@@ -12,6 +12,7 @@ _LAZY = {
     "cache_path": ".cache", "default_root": ".cache",
     "ProceduralDataModule": ".procedural_module", "unravel": ".procedural_module",
     "BallsDataModule": ".synthetic", "Cliff2dDataModule": ".synthetic",
+    "CausalChamberDataModule": ".causalchamber",
 }
 
 

@@ -15,12 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .. import current_name
-from ..checks import FP16_OFF_CUDA, PRECISION_ALIASES, PRECISIONS
+from ..checks import CAUSALCHAMBER_MISSING, FP16_OFF_CUDA, PRECISION_ALIASES, PRECISIONS
 from ..errors import ConfigError, DatasetNotFoundError
 
 __all__ = ["check_training_config", "cuda_impossible"]
 
 PREPARED_TARGET = "disentangle.data.PreparedDataModule"
+CAUSALCHAMBER_TARGET = "disentangle.data.CausalChamberDataModule"
 
 
 def check_training_config(cfg: DictConfig) -> None:
@@ -61,10 +62,17 @@ def _check_precision(cfg: DictConfig) -> None:
 
 
 def _check_dataset(cfg: DictConfig) -> None:
-    """A prepared dataset whose cache is missing and whose official raw file is not in the data root either (the
+    """The causalchamber data without its package; a prepared dataset whose cache is missing and whose official raw file is not in the data root either (the
     build would convert that): the reader's line, naming the file and the prepare command."""
     data = _value(cfg, "data")
-    if not isinstance(data, dict) or current_name(str(data.get("_target_", ""))) != PREPARED_TARGET:
+    target = current_name(str(data.get("_target_", ""))) if isinstance(data, dict) else ""
+    if target == CAUSALCHAMBER_TARGET:
+        import importlib.util
+
+        if importlib.util.find_spec("causalchamber") is None:
+            raise ConfigError(CAUSALCHAMBER_MISSING)
+        return
+    if target != PREPARED_TARGET:
         return
     from ..data.cache import cache_path, not_prepared, resolve_root  # torch-free (the package imports lazily)
 
