@@ -273,6 +273,60 @@ def write_smallnorb(directory, sizes=SMALLNORB_SIZES, instances=SMALLNORB_INSTAN
     return directory / (names[0] + (".gz" if gz else "")), factors
 
 
+# --------------------------------------------------------------------------------------------- causal chamber photos
+PHOTOS_SIZES = (2, 2, 2, 2, 3)  # red, green, blue, pol_1, pol_2: levels of the fixture (binned back to classes)
+
+
+def photo_colour(i: int) -> tuple[int, int, int]:
+    """A colour that survives JPEG: steps of 8 per index."""
+    return (8 * i) % 256, 8 * (i // 32) % 256, 128
+
+
+def decode_photo_index(image: np.ndarray) -> int:
+    """Index of a fixture photograph (C, H, W) uint8 (top-left block's colour, rounded to the steps of 8)."""
+    r, g = (round(float(image[c, 2:10, 2:10].mean()) / 8) for c in (0, 1))
+    return r + 32 * g
+
+
+def write_causalchamber_photos(directory, sizes=PHOTOS_SIZES, archive: bool = True, experiment: str = "uniform",
+                               seed: int = 0):
+    """``lt_crl_benchmark_v1.zip`` as its owners publish it (or the extracted ``lt_crl_benchmark_v1/``):
+    ``lt_crl_benchmark_v1/<experiment>/<experiment>.csv`` (sensor columns plus red, green, blue, pol_1, pol_2 and
+    image_file; rows shuffled) and ``images_64/<image_file>`` 64x64 JPEGs. Each factor takes ``sizes[i]`` equally
+    frequent levels (red/green/blue 0..255, angles -60..60), so equal-frequency binning recovers the classes.
+    Returns the archive (or folder) and the classes in row order."""
+    import csv
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    classes = grid(sizes)[np.random.default_rng(seed).permutation(int(np.prod(sizes)))]
+    levels = [np.linspace(0, 255, n).round() for n in sizes[:3]] + [np.linspace(-60, 60, n) for n in sizes[3:]]
+    files = {}
+    rows = io.StringIO()
+    writer = csv.writer(rows)
+    writer.writerow(["timestamp", "red", "green", "blue", "pol_1", "pol_2", "angle_1", "aperture", "image_file"])
+    for i, cls in enumerate(classes):
+        values = [levels[k][c] for k, c in enumerate(cls)]
+        name = f"{i}_{1700000000 + i}.jpg"
+        writer.writerow([1700000000 + i, *values, values[3] + 0.03, 1.8, name])
+        img = np.zeros((64, 64, 3), dtype=np.uint8)
+        img[:32] = photo_colour(i)
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, format="JPEG", quality=100, subsampling=0)
+        files[f"lt_crl_benchmark_v1/{experiment}/images_64/{name}"] = buf.getvalue()
+    files[f"lt_crl_benchmark_v1/{experiment}/{experiment}.csv"] = rows.getvalue().encode()
+    if archive:
+        path = directory / "lt_crl_benchmark_v1.zip"
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+            for member, data in files.items():
+                zf.writestr(member, data)
+        return path, classes
+    for member, data in files.items():
+        (directory / member).parent.mkdir(parents=True, exist_ok=True)
+        (directory / member).write_bytes(data)
+    return directory / "lt_crl_benchmark_v1", classes
+
+
 WRITERS = {
     "shapes3d": write_shapes3d,
     "dsprites": write_dsprites,
@@ -281,4 +335,5 @@ WRITERS = {
     "isaac3d": write_isaac3d,
     "cars3d": write_cars3d,
     "smallnorb": write_smallnorb,
+    "causalchamber_photos": write_causalchamber_photos,
 }

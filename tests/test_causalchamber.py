@@ -113,3 +113,42 @@ def test_the_quickstart_comparison_has_its_row():
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")][1:]
         assert cells and all(re.fullmatch(r"\d+\.\d+", c) for c in cells), row
+
+
+def test_the_real_photographs_prepare_from_the_owners_zip_and_train(tmp_path):
+    """data=causalchamber_photos: the owners' lt_crl_benchmark_v1.zip layout (a fixture in that format: csv of
+    measured settings, 64-px JPEGs) is converted with its factors binned by equal frequency, and a model trains and
+    is scored on it. Its download goes through sources.yaml like every dataset (tests/test_download.py)."""
+    import raw_fixtures
+
+    _, truth = raw_fixtures.write_causalchamber_photos(tmp_path / "data")
+    sizes = list(raw_fixtures.PHOTOS_SIZES)
+    cfg = compose_config(["data=causalchamber_photos", *FAST, f"paths.data_root={tmp_path / 'data'}",
+                          f"data.factor_sizes={sizes}", "data.eval_size=48", "callbacks.evaluation.n_samples=48"],
+                         output_dir=tmp_path / "run")
+    result = train(cfg)
+    assert (tmp_path / "data" / "causalchamber_photos.h5").is_file()  # the default experiment, uniform
+    from disentangle.data import open_prepared
+
+    data = open_prepared("causalchamber_photos", tmp_path / "data")
+    assert np.array_equal(data.factors, truth) and data.factor_names == FACTOR_NAMES
+    assert all(raw_fixtures.decode_photo_index(data.images[i]) == i for i in range(len(truth)))
+    assert math.isfinite(result["infom"]) and math.isfinite(result["dci_d"])
+
+
+def test_a_photographs_file_in_another_layout_is_named_in_one_line(tmp_path):
+    import zipfile
+
+    import raw_fixtures
+
+    from disentangle.data.formats import FormatError, read_raw
+
+    path, _ = raw_fixtures.write_causalchamber_photos(tmp_path, experiment="buchholz_1_obs")
+    with pytest.raises(FormatError, match=r"no uniform/uniform.csv \(experiments in it: \['buchholz_1_obs'\]\)"):
+        read_raw("causalchamber_photos", path)
+    with zipfile.ZipFile(tmp_path / "broken.zip", "w") as zf:
+        zf.writestr("lt_crl_benchmark_v1/uniform/uniform.csv", "red,green,blue,pol_1\n1,2,3,4\n")
+    with pytest.raises(FormatError, match=r"missing columns \['pol_2', 'image_file'\]"):
+        read_raw("causalchamber_photos", tmp_path / "broken.zip")
+    raw = read_raw("causalchamber_photos", path, variant="buchholz_1_obs", factor_sizes=raw_fixtures.PHOTOS_SIZES)
+    assert raw.n == 48

@@ -182,6 +182,24 @@ def test_the_owners_git_blob_id_is_checked(server, tmp_path):
     assert "its git blob id matches the owners'" in lines[0]
 
 
+def test_an_owners_md5_is_checked_where_the_registry_enforces_it(server, tmp_path):
+    """The causal chamber publishes only an md5 for its zip, and the registry marks it enforced: a different file is
+    refused even though no sha256 or size is published."""
+    package = load_sources()["causalchamber_photos"]
+    assert package.md5_enforced and package.md5 == "8ec492afffd0142abd70b1fa7082b104" and package.sha256 is None
+    raw = entry("lt_crl_benchmark_v1.zip", [http(f"{server.base}/z.zip")], data=PAYLOAD, publish=False,
+                dataset="causalchamber_photos")
+    raw.update(md5=hashlib.md5(PAYLOAD).hexdigest(), md5_cited_by="tests/loopback@0000000:x", md5_enforced=True)
+    e = registry(k=raw)["k"]
+    server.files["/z.zip"] = PAYLOAD[::-1]
+    with pytest.raises(DownloadError, match="its md5 is .*, not the owners'"):
+        _fetch(e, tmp_path)
+    server.files["/z.zip"] = PAYLOAD
+    lines = []
+    _fetch(e, tmp_path, lines)
+    assert "its md5 matches the owners'" in lines[0]
+
+
 def test_from_file_verifies_and_places_a_hand_download(tmp_path):
     reg = registry(k=entry("raw.bin", [http("http://127.0.0.1:9/raw.bin")], data=PAYLOAD))
     bad = tmp_path / "Downloads" / "raw (1).bin"
@@ -218,7 +236,8 @@ def _serve_official(server, key: str, e, tmp_path):
 GROUPS = {"mpi3d": ["mpi3d", "mpi3d_toy", "mpi3d_realistic", "mpi3d_real"]}
 
 
-@pytest.mark.parametrize("dataset", ["shapes3d", "dsprites", "mpi3d", "falcor3d", "isaac3d", "cars3d", "smallnorb"])
+@pytest.mark.parametrize("dataset", ["shapes3d", "dsprites", "mpi3d", "falcor3d", "isaac3d", "cars3d", "smallnorb",
+                                     "causalchamber_photos"])
 def test_every_registry_file_is_fetched_verified_and_converted(server, tmp_path, monkeypatch, dataset):
     """Every file of the package's registry, in its dataset's official format, served on loopback with a dead
     primary in front of it: fetched once, verified, converted into a sealed cache."""
@@ -227,7 +246,7 @@ def test_every_registry_file_is_fetched_verified_and_converted(server, tmp_path,
     package = load_sources()
     assert dataset in {e.dataset for e in package.values()}
     for key in GROUPS.get(dataset, [dataset]):
-        e = package[key] if dataset != "smallnorb" else None
+        e = package.get(key)
         variant = e.variant if e is not None else None
         keys = source_keys(dataset, variant)
         entries, paths = {}, []
@@ -237,7 +256,8 @@ def test_every_registry_file_is_fetched_verified_and_converted(server, tmp_path,
                                dataset=dataset, variant=variant)
             paths.append(path)
         root = tmp_path / "root"
-        sizes = list(raw_fixtures.MPI3D_SIZES) if dataset == "mpi3d" else None
+        sizes = {"mpi3d": list(raw_fixtures.MPI3D_SIZES),
+                 "causalchamber_photos": list(raw_fixtures.PHOTOS_SIZES)}.get(dataset)
         cache = prepare(dataset, root, variant=None if variant == "complex" else variant, factor_sizes=sizes,
                         progress=False, timeout=TIMEOUT, registry=registry(**entries), log=lambda line: None)
         assert is_complete(cache) and seal_path(cache).is_file(), key

@@ -32,7 +32,7 @@ def _fixture(name: str, root) -> np.ndarray:
 
 def test_every_prepared_dataset_has_a_config_and_a_fixture():
     assert set(PREPARED) == {"shapes3d", "dsprites", "colour_dsprites", "mpi3d", "mpi3d_toy", "falcor3d",
-                             "isaac3d", "cars3d", "smallnorb"}
+                             "isaac3d", "cars3d", "smallnorb", "causalchamber_photos"}
 
 
 @pytest.mark.parametrize("name", PREPARED)

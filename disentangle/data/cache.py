@@ -11,7 +11,7 @@ from pathlib import Path
 __all__ = ["VARIANT_DEFAULT", "cache_path", "default_root", "is_default_variant", "not_prepared", "resolve_root"]
 
 # the variant whose cache is plain <name>.h5 (other variants get <name>_<variant>.h5)
-VARIANT_DEFAULT = {"mpi3d": "complex"}
+VARIANT_DEFAULT = {"mpi3d": "complex", "causalchamber_photos": "uniform"}
 
 
 def default_root() -> Path:

@@ -7,7 +7,7 @@
   Google Drive through ``gdown``, plain http(s) through a small resumable ``requests`` loop: a transfer that drops
   is resumed with a ``Range`` request (up to :data:`RESUMES` times per source, and across runs: the ``.part`` file is
   kept). A stall longer than ``timeout`` seconds ends that source at once (no retry).
-- **Verification.** Size and SHA-256 where published (and dSprites' git blob id): a mismatch is refused and nothing
+- **Verification.** Size and SHA-256 where published (and dSprites' git blob id, the causal chamber's md5): a mismatch is refused and nothing
   is left at the final path. With no published checksum, the hash is recorded in ``<file>.sha256`` (one line says
   so) and enforced from then on.
 - **One download per file.** A lock file ``.locks/<file>.lock`` in the data root: a second job waits, then finds the file there.
@@ -77,14 +77,16 @@ def _record(path: Path, digest: str) -> None:
 # -- verification ------------------------------------------------------------------------------------------------------
 def check_file(entry: DatasetFile, path) -> tuple[str | None, str]:
     """Check ``path``'s bytes against what is known about ``entry``. Returns ``(problem, sha256)``: problem is None
-    when every published fact (size, SHA-256, git blob id) and the recorded hash hold, else one clause saying which
+    when every published fact (size, SHA-256, git blob id, an enforced md5) and the recorded hash hold, else one clause saying which
     differs. The size is checked first, so a wrong-sized file costs no hash."""
     path = Path(path)
     size = path.stat().st_size
     if entry.size is not None and size != entry.size:
         return f"it is {size} bytes, not the published {entry.size}", ""
-    digests = digests_of(path, git_blob=entry.git_blob_sha1 is not None)
+    digests = digests_of(path, git_blob=entry.git_blob_sha1 is not None, md5=entry.md5_enforced)
     actual = digests["sha256"]
+    if entry.md5_enforced and digests["md5"] != entry.md5:
+        return f"its md5 is {digests['md5']}, not the owners' {entry.md5}", actual
     if entry.sha256 is not None and actual != entry.sha256:
         return f"its sha256 is {actual}, not the published {entry.sha256}", actual
     if entry.git_blob_sha1 is not None and digests["git_blob_sha1"] != entry.git_blob_sha1:
@@ -96,14 +98,6 @@ def check_file(entry: DatasetFile, path) -> tuple[str | None, str]:
     return None, actual
 
 
-def _evidence(entry: DatasetFile) -> str:
-    if entry.sha256 is not None:
-        return "the published sha256"
-    if entry.git_blob_sha1 is not None:
-        return "the owners' git blob id"
-    return "no published checksum"
-
-
 def _accept(entry: DatasetFile, candidate: Path, final: Path, origin: str, log: Log) -> Path:
     """Verify ``candidate`` and move it to ``final``; refuse (deleting the candidate) when it differs."""
     problem, actual = check_file(entry, candidate)
@@ -113,7 +107,8 @@ def _accept(entry: DatasetFile, candidate: Path, final: Path, origin: str, log: 
     os.replace(candidate, final)
     if entry.sha256 is None and recorded_sha256(final) is None:
         _record(final, actual)
-        extra = " (its git blob id matches the owners')" if entry.git_blob_sha1 is not None else ""
+        extra = (" (its git blob id matches the owners')" if entry.git_blob_sha1 is not None
+                 else " (its md5 matches the owners')" if entry.md5_enforced else "")
         log(f"note: {entry.filename} (from {origin}) has no published sha256{extra}; recorded {actual} in "
             f"{_sidecar(final).name}, which later runs check")
     return final
@@ -258,7 +253,8 @@ def _data_args(entry: DatasetFile) -> str:
 def manual_route(entry: DatasetFile, root) -> str:
     """How to fetch the file by hand: where from, what to check, where to put it."""
     size = f"{entry.size} bytes" if entry.size is not None else "size not published"
-    digest = f"sha256 {entry.sha256}" if entry.sha256 is not None else "no published sha256"
+    digest = (f"sha256 {entry.sha256}" if entry.sha256 is not None else f"md5 {entry.md5}" if entry.md5_enforced
+              else "no published checksum")
     return (f"by hand: download {entry.sources[0].url} ({size}, {digest}) and run python -m disentangle.prepare "
             f"{_data_args(entry)} --from-file PATH, or put it at {Path(root) / entry.filename}")
 

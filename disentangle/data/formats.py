@@ -53,6 +53,7 @@ class Official:
     extracted: tuple[str, ...] = ()
     companions: tuple[str, ...] = ()
     gzip: bool = False
+    binned: bool = False  # measured continuous factors cut into factor_sizes bins: the sizes are a setting
 
     def file(self, variant: str | None) -> str:
         if variant not in self.files:
@@ -99,6 +100,17 @@ OFFICIAL: dict[str, Official] = {
                       "lighting_intensity", "lighting_direction", "object_color", "wall_color"),
         factor_sizes={None: (3, 8, 5, 4, 4, 4, 6, 4, 4)},
         archive="Isaac3D_down128.zip",
+    ),
+    # The causal chamber's light-tunnel photographs with their measured factors (Gamella, Bing and Runge 2025's
+    # lt_crl_benchmark_v1): one experiment per variant, each factor cut into factor_sizes equal-frequency bins
+    "causalchamber_photos": Official(
+        files={None: "lt_crl_benchmark_v1", **{e: "lt_crl_benchmark_v1" for e in (
+            "uniform", "buchholz_1_obs", "buchholz_1_red", "buchholz_1_green", "buchholz_1_blue",
+            "buchholz_1_pol_1", "buchholz_1_pol_2", "citris_1")}},
+        factor_names=("red", "green", "blue", "pol_1", "pol_2"),
+        factor_sizes={None: (8, 8, 8, 8, 8)},
+        archive="lt_crl_benchmark_v1.zip",
+        binned=True,
     ),
     # Reed et al. 2015's car renderings as disentanglement_lib reads them (Friede et al. App. 6): the folder
     # cars/ of the analogy-data archive (data/cars/ inside it), one car_*_mesh.mat per object type
@@ -219,6 +231,8 @@ def read_raw(name: str, path: Path, *, variant: str | None = None,
                           f"entries ({', '.join(official.factor_names)})")
     if name == "cars3d":
         raw = _read_cars3d(name, path, expected, progress=progress)
+    elif name == "causalchamber_photos":
+        raw = _read_lt_photos(name, path, expected, variant or "uniform")
     else:
         reader = {"shapes3d": _read_shapes3d, "dsprites": _read_dsprites, "mpi3d": _read_mpi3d,
                   "falcor3d": _read_png_release, "isaac3d": _read_png_release,
@@ -226,7 +240,7 @@ def read_raw(name: str, path: Path, *, variant: str | None = None,
         raw = reader(name, path, expected)
     official_sizes = official.sizes(variant)
     problems = []
-    if raw.factor_sizes != official_sizes:
+    if raw.factor_sizes != official_sizes and not official.binned:
         problems.append(f"the official {list(official_sizes)}")
     if factor_sizes is not None and raw.factor_sizes != expected:
         problems.append(f"the given {list(expected)}")
@@ -234,6 +248,24 @@ def read_raw(name: str, path: Path, *, variant: str | None = None,
         warnings.warn(f"{name} ({path.name}): factor sizes {list(raw.factor_sizes)} differ from "
                       f"{' and '.join(problems)}", stacklevel=2)
     return raw
+
+
+def _read_lt_photos(name: str, path: Path, expected: tuple[int, ...], experiment: str) -> RawData:
+    """The causal chamber's photographs (``causalchamber_photos``), its layout errors as :class:`FormatError`."""
+    from . import causalchamber_photos as photos
+
+    try:
+        classes, iterate = photos.read(path, expected, experiment)
+    except photos.LayoutError as exc:
+        raise FormatError(str(exc)) from exc
+
+    def checked(chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+        try:
+            yield from iterate(chunk)
+        except photos.LayoutError as exc:
+            raise FormatError(str(exc)) from exc
+
+    return RawData(name, path, OFFICIAL[name].factor_names, tuple(int(b) for b in expected), classes, 3, checked)
 
 
 # --------------------------------------------------------------------------------------------- helpers

@@ -26,21 +26,20 @@ SAMPLES = 16
 SealError = DatasetDamagedError  # a prepared cache does not match its seal: one line naming the file and the remedy
 
 
-def digests_of(path, *, git_blob: bool = False) -> dict[str, str]:
+def digests_of(path, *, git_blob: bool = False, md5: bool = False) -> dict[str, str]:
     """``{"sha256": ...}`` of the whole file in one read, plus ``"git_blob_sha1"`` (the id ``git hash-object``
-    gives: SHA-1 over ``blob <size>\\0`` and the bytes) when asked."""
+    gives: SHA-1 over ``blob <size>\\0`` and the bytes) and ``"md5"`` when asked."""
     path = Path(path)
-    sha256 = hashlib.sha256()
-    blob = hashlib.sha1(f"blob {path.stat().st_size}\0".encode()) if git_blob else None
+    hashes = {"sha256": hashlib.sha256()}
+    if git_blob:
+        hashes["git_blob_sha1"] = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    if md5:
+        hashes["md5"] = hashlib.md5()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(CHUNK), b""):
-            sha256.update(block)
-            if blob is not None:
-                blob.update(block)
-    out = {"sha256": sha256.hexdigest()}
-    if blob is not None:
-        out["git_blob_sha1"] = blob.hexdigest()
-    return out
+            for h in hashes.values():
+                h.update(block)
+    return {k: h.hexdigest() for k, h in hashes.items()}
 
 
 def sha256_of(path) -> str:

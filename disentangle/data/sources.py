@@ -28,7 +28,7 @@ START, END = "<!-- sources:start -->", "<!-- sources:end -->"
 _SOURCE_FIELDS = {"kind", "url", "cited_by", "status", "note"}
 _KIND_FIELDS = {"http": {"path"}, "gdrive": {"id"}, "hf": {"repo_id", "repo_type", "filename", "revision"}}
 _FILE_FIELDS = {"dataset", "variant", "filename", "sources", "rejected_sources", "size", "size_cited_by",
-                "size_stated", "sha256", "sha256_cited_by", "md5", "md5_cited_by", "git_blob_sha1",
+                "size_stated", "sha256", "sha256_cited_by", "md5", "md5_cited_by", "md5_enforced", "git_blob_sha1",
                 "git_blob_sha1_cited_by", "checked", "note"}
 _KIND_LABEL = {"http": "HTTP", "gdrive": "Google Drive", "hf": "Hugging Face"}
 
@@ -72,6 +72,7 @@ class DatasetFile:
     sha256_cited_by: str | None
     md5: str | None
     md5_cited_by: str | None
+    md5_enforced: bool  # the md5 is the owners' for the first source's file: prepare checks it
     git_blob_sha1: str | None
     git_blob_sha1_cited_by: str | None
     checked: datetime.date
@@ -110,6 +111,15 @@ def _hex(raw: dict, key: str, digits: int, where: str) -> str | None:
     if raw.get(f"{key}_cited_by") is None:
         _fail(f"{where}.{key}_cited_by", f"missing: a {key} needs the citation of where it is published")
     _citation(raw[f"{key}_cited_by"], f"{where}.{key}_cited_by")
+    return value
+
+
+def _enforced(raw: dict, where: str) -> bool:
+    value = raw.get("md5_enforced", False)
+    if not isinstance(value, bool):
+        _fail(f"{where}.md5_enforced", f"must be true or false (got {value!r})")
+    if value and raw.get("md5") is None:
+        _fail(f"{where}.md5_enforced", "enforces an md5 that is null")
     return value
 
 
@@ -197,6 +207,7 @@ def _file(key: str, raw, where: str) -> DatasetFile:
         size_cited_by=raw.get("size_cited_by"), size_stated=_text(raw, "size_stated", where),
         sha256=_hex(raw, "sha256", 64, where), sha256_cited_by=raw.get("sha256_cited_by"),
         md5=_hex(raw, "md5", 32, where), md5_cited_by=raw.get("md5_cited_by"),
+        md5_enforced=_enforced(raw, where),
         git_blob_sha1=_hex(raw, "git_blob_sha1", 40, where), git_blob_sha1_cited_by=raw.get("git_blob_sha1_cited_by"),
         checked=checked, note=_text(raw, "note", where))
 
@@ -291,7 +302,8 @@ def _entry(f: DatasetFile) -> list[str]:
     else:
         lines.append("- SHA-256: not published")
     if f.md5 is not None:
-        lines.append(f"- MD5: {_digest(f.md5)} — {_cites([f.md5_cited_by])}")
+        checked = " (the owners' checksum of this file: prepare checks it)" if f.md5_enforced else ""
+        lines.append(f"- MD5: {_digest(f.md5)}{checked} — {_cites([f.md5_cited_by])}")
     if f.git_blob_sha1 is not None:
         lines.append(f"- Git blob id: {_digest(f.git_blob_sha1)} — {_cites([f.git_blob_sha1_cited_by])}")
     lines.append(f"- Checked: {f.checked.isoformat()}")
