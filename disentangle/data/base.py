@@ -105,10 +105,25 @@ class FactorDataModule(pl.LightningDataModule):
     """
 
     name: str = "factors"
+    continuous_factors: bool = False  # factors stored in fixed point (balls, cliff2d): no splits or correlations
 
     def __init__(self, batch_size: int = 64, eval_size: int = 10_000, eval_seed: int = 0, seed: int = 0,
-                 sampling: str = "epochs"):
+                 sampling: str = "epochs", split: str = "random", split_ratio: float = 0.15,
+                 split_keep: Sequence[str] = (), correlation=None):
         super().__init__()
+        from .constraints import SPLITS
+
+        if split not in SPLITS:
+            raise ValueError(f"data.split must be one of {list(SPLITS)} (got {split!r})")
+        if (split != "random" or correlation) and self.continuous_factors:
+            raise ValueError(f"data.split and data.correlation need discrete factors; {type(self).__name__}'s are "
+                             f"continuous")
+        if (split != "random" or correlation) and sampling != "epochs":
+            raise ValueError(f"data.sampling={sampling} cannot be combined with data.split or data.correlation "
+                             f"(they define the training distribution themselves); use data.sampling=epochs")
+        # train-time constraints (disentangle.data.constraints): held-out combinations and correlated pairs
+        self.split, self.split_ratio, self.split_keep = split, float(split_ratio), tuple(split_keep or ())
+        self.correlation = [dict(c) for c in correlation] if correlation else []
         if int(batch_size) < 1:
             raise ValueError(f"data.batch_size must be >= 1 (got {batch_size})")
         if int(eval_size) < 1:
@@ -184,12 +199,49 @@ class FactorDataModule(pl.LightningDataModule):
         if self.batch_size % (world * parts):
             raise ValueError(f"model.batch_size={self.batch_size} is the global batch, which the model cuts in "
                              f"{parts}: each part must divide evenly over the {world} processes")
-        if self.sampling == "uniform_factors":
+        if self.constrained:
+            stream = self._constrained_stream(start, parts)
+        elif self.sampling == "uniform_factors":
             stream = UniformFactorStream(self.factor_table(), self.factor_sizes, self.batch_size, self.seed, self.name,
                                          start=start, parts=parts)
         else:
             stream = IndexStream(self.num_samples, self.batch_size, self.seed, start=start, parts=parts)
         return DataLoader(stream, batch_size=None, num_workers=0)
+
+    @property
+    def constrained(self) -> bool:
+        """True when training samples under ``data.split`` or ``data.correlation`` (not the whole grid uniformly)."""
+        return self.split != "random" or bool(self.correlation)
+
+    def heldout_mask(self) -> torch.Tensor:
+        """(N,) bool: the samples whose factor combination ``data.split`` keeps out of training."""
+        from .constraints import heldout_mask
+
+        table = self.factor_table().numpy()
+        return torch.from_numpy(heldout_mask(table, self.factor_sizes, self.factor_names, self.split,
+                                             self.split_ratio, self.split_keep))
+
+    def heldout_indices(self) -> torch.Tensor:
+        """Indices of the held-out combinations (empty for ``data.split=random``): an evaluation set of their own."""
+        return torch.nonzero(self.heldout_mask()).flatten()
+
+    def training_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The trainable indices and, under ``data.correlation``, their sampling weights (None: uniform)."""
+        from .constraints import correlation_weights, parse_correlation
+
+        allowed = torch.nonzero(~self.heldout_mask()).flatten()
+        pairs = parse_correlation(self.correlation, self.factor_names)
+        if not pairs:
+            return allowed, None
+        table = self.factor_table()[allowed].numpy()
+        return allowed, torch.from_numpy(correlation_weights(table, self.factor_sizes, pairs))
+
+    def _constrained_stream(self, start: int, parts: int):
+        from .constraints import ConstrainedStream
+
+        allowed, weights = self.training_weights()
+        return ConstrainedStream(allowed, weights, self.batch_size, self.seed, start=start,
+                                 rows=_rank_slice(self.batch_size, parts))
 
     def batches_done(self) -> int:
         """Training batches this rank has already been through: 0 for a fresh run, the checkpoint's count for a run

@@ -254,6 +254,7 @@ class Cliff2dDataModule(FactorDataModule):
     """
 
     name = "cliff2d"
+    continuous_factors = True
 
     def __init__(self, num_samples: int = 5000, name: str = "cliff2d", grid_dims: Sequence[int] = (4, 4),
                  min_spacing: float = 0.3,
@@ -329,6 +330,7 @@ class BallsDataModule(FactorDataModule):
         factor_names, factor_sizes: optional checks. batch_size, eval_size, eval_seed, seed, sampling: as usual.
     """
 
+    continuous_factors = True
     name = "balls"
 
     def __init__(self, num_samples: int = 20000, name: str = "balls", resolution: int = 64,

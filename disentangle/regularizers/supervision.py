@@ -97,8 +97,15 @@ class LabelSupervision(Regularizer):
         if len(sizes) > self.n_latents:
             raise ValueError(f"{len(sizes)} factors need {len(sizes)} supervised latents, the model has "
                              f"{self.n_latents}")
+        # under data.split, labels come only from the combinations training may see (held-out ones stay unseen)
+        pool = None if getattr(datamodule, "split", "random") == "random" else torch.nonzero(
+            ~datamodule.heldout_mask()).flatten()
+        if pool is not None and self.n_labels > len(pool):
+            raise ValueError(f"n_labels={self.n_labels} exceeds the {len(pool)} images data.split leaves for training")
         generator = torch.Generator().manual_seed(self.label_seed)
-        chosen = torch.randperm(n, generator=generator)[: self.n_labels]
+        chosen = torch.randperm(n if pool is None else len(pool), generator=generator)[: self.n_labels]
+        if pool is not None:
+            chosen = pool[chosen]
         n_train = max(1, min(self.n_labels - 1, round(self.train_fraction * self.n_labels)))
         for split, idx in (("train", chosen[:n_train]), ("validation", chosen[n_train:])):
             images, factors = datamodule.gather(idx.sort().values)

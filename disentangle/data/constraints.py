@@ -1,0 +1,143 @@
+"""Train-time constraints on a factor grid (issue 46 item 1): held-out combinations (``data.split``) and correlated
+factor pairs (``data.correlation``). Pure functions of a dataset's factor class table; the stream that samples by
+them is :class:`ConstrainedStream`.
+
+**Splits** (Schott et al., ICLR 2022, §3; the rules of the supplementary code their benchmark's files were made with,
+which the benchmark's own test pins at about 70% held out). ``r`` is the held-out fraction per factor (theirs:
+dSprites 0.2, Shapes3D 0.15, MPI3D 0.1); ``keep`` names factors never held out (their categorical ones: dSprites'
+shape, Shapes3D's object type, MPI3D's shape and size). Over the other factors V:
+
+* ``extrapolation``: held out when any factor of V is among its top ``ceil(n·r)`` values;
+* ``interpolation``: held out when any factor of V is at one of ``ceil(n·r)`` interior values, those that
+  ``round(linspace(0, n-1, n - ceil(n·r)))`` skips;
+* ``composition``: trained on when any factor of V is among its lowest ``floor(n·q)`` values, with
+  ``q = 1 - (1 - (1-r)^|V|)^(1/|V|)``; held out otherwise (every factor of V high at once);
+* ``random``: nothing held out (every combination trains: this project's default, unchanged).
+
+**Correlations** (Roth et al., ICLR 2023, their code's sampling weights, after Träuble et al. 2021): each pair
+``(i, j)`` with strength ``sigma`` weighs a sample by ``exp(-(c_i - c_j)² / (2 sigma²))`` with ``c = k/(n-1)`` (``1 - c_j``
+when ``anti``); pairs multiply. Their settings: sigma 0.1 (standard), 0.4 (weak), 0.04 (strong). Training only: the
+evaluation set keeps the full, uncorrelated distribution.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset
+
+__all__ = ["SPLITS", "ConstrainedStream", "correlation_weights", "heldout_mask", "parse_correlation"]
+
+SPLITS = ("random", "composition", "interpolation", "extrapolation")
+
+
+def _varying(names: Sequence[str], keep: Sequence[str]) -> list[int]:
+    unknown = sorted(set(keep) - set(names))
+    if unknown:
+        raise ValueError(f"data.split_keep names {unknown}, which are not factors; choose from {list(names)}")
+    return [i for i, name in enumerate(names) if name not in set(keep)]
+
+
+def heldout_mask(factors: np.ndarray, sizes: Sequence[int], names: Sequence[str], split: str, ratio: float,
+                 keep: Sequence[str] = ()) -> np.ndarray:
+    """Boolean (N,) mask of the samples whose factor combination ``split`` holds out of training (see the module
+    docstring for the rules); all False for ``random``."""
+    if split not in SPLITS:
+        raise ValueError(f"data.split must be one of {list(SPLITS)} (got {split!r})")
+    factors = np.asarray(factors)
+    if split == "random":
+        return np.zeros(len(factors), dtype=bool)
+    if not 0 < float(ratio) < 1:
+        raise ValueError(f"data.split_ratio must be in (0, 1) (got {ratio})")
+    varying = _varying(names, keep)
+    if not varying:
+        raise ValueError(f"data.split={split} holds nothing out: data.split_keep keeps every factor")
+    r = float(ratio)
+    if split == "composition":
+        q = 1 - (1 - (1 - r) ** len(varying)) ** (1 / len(varying))
+        trained = np.zeros(len(factors), dtype=bool)
+        for i in varying:
+            trained |= factors[:, i] < math.floor(int(sizes[i]) * q)
+        if not trained.any():
+            raise ValueError(f"data.split=composition with data.split_ratio={r} trains on nothing: every varying factor "
+                             f"has fewer than 1/q = {1 / q:.1f} values; lower the ratio")
+        return ~trained
+    held = np.zeros(len(factors), dtype=bool)
+    for i in varying:
+        n = int(sizes[i])
+        pad = math.ceil(n * r)
+        if split == "extrapolation":
+            out = np.arange(n - pad, n)
+        else:
+            out = np.setdiff1d(np.arange(n), np.round(np.linspace(0, n - 1, n - pad)).astype(int))
+        held |= np.isin(factors[:, i], out)
+    return held
+
+
+def parse_correlation(correlation, names: Sequence[str]) -> list[tuple[int, int, float, bool]]:
+    """``data.correlation`` (a list of ``{factors: [a, b], sigma: s, anti: false}``) as ``(i, j, sigma, anti)``."""
+    if not correlation:
+        return []
+    pairs = []
+    for k, item in enumerate(correlation):
+        where = f"data.correlation[{k}]"
+        if not isinstance(item, Mapping) or set(item) - {"factors", "sigma", "anti"}:
+            raise ValueError(f"{where} must be {{factors: [a, b], sigma: s, anti: false}} (got {item!r})")
+        pair = list(item.get("factors") or [])
+        if len(pair) != 2 or pair[0] == pair[1] or any(p not in names for p in pair):
+            raise ValueError(f"{where}.factors must be two different factors of {list(names)} (got {pair})")
+        sigma = item.get("sigma")
+        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0:
+            raise ValueError(f"{where}.sigma must be > 0 (got {sigma!r})")
+        pairs.append((list(names).index(pair[0]), list(names).index(pair[1]), float(sigma), bool(item.get("anti"))))
+    return pairs
+
+
+def correlation_weights(factors: np.ndarray, sizes: Sequence[int], pairs) -> np.ndarray:
+    """(N,) float64 sampling weights of Roth et al.'s correlated pairs: the product over pairs of
+    ``exp(-(c_i - c_j)² / (2 sigma²))``, ``c = k/(n-1)`` (``1 - c_j`` when anti-correlated)."""
+    factors = np.asarray(factors, dtype=np.float64)
+    weights = np.ones(len(factors))
+    for i, j, sigma, anti in pairs:
+        ci = factors[:, i] / max(int(sizes[i]) - 1, 1)
+        cj = factors[:, j] / max(int(sizes[j]) - 1, 1)
+        weights *= np.exp(-((ci - (1 - cj if anti else cj)) ** 2) / (2 * sigma ** 2))
+    return weights
+
+
+class ConstrainedStream(IterableDataset):
+    """Endless index batches from the trainable samples only. Without correlations: shuffled epochs over them,
+    without replacement (like ``sampling=epochs``). With correlations: i.i.d. draws with replacement, each sample
+    with probability proportional to its weight (Roth et al.'s ``WeightedRandomSampler``). ``start`` batches are
+    skipped, drawing what they drew, so a resumed run continues the same stream; ``rows`` picks this process's rows
+    of each global batch under data-parallel training."""
+
+    def __init__(self, allowed: torch.Tensor, weights: torch.Tensor | None, batch_size: int, seed: int,
+                 start: int = 0, rows=slice(None)):
+        if allowed.numel() == 0 or (weights is None and allowed.numel() < batch_size):
+            raise ValueError(f"only {allowed.numel()} samples remain for training under the split, fewer than "
+                             f"model.batch_size={batch_size}")
+        self.allowed, self.batch_size, self.seed, self.start, self.rows = allowed, int(batch_size), int(seed), int(
+            start), rows
+        self.weights = None if weights is None else weights.double() / weights.double().sum()
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed * 100_003 + 7)
+        n = self.allowed.numel()
+        if self.weights is not None:
+            for _ in range(self.start):
+                torch.multinomial(self.weights, self.batch_size, replacement=True, generator=gen)
+            while True:
+                pick = torch.multinomial(self.weights, self.batch_size, replacement=True, generator=gen)
+                yield self.allowed[pick][self.rows]
+        per_epoch = n // self.batch_size
+        skip_epochs, skip = divmod(self.start, per_epoch)
+        for _ in range(skip_epochs):
+            torch.randperm(n, generator=gen)
+        while True:
+            order = torch.randperm(n, generator=gen)
+            for b in range(skip, per_epoch):
+                yield self.allowed[order[b * self.batch_size:(b + 1) * self.batch_size]][self.rows]
+            skip = 0
