@@ -14,8 +14,8 @@ import torch
 from conftest import FAST, compose_config
 from hydra.utils import instantiate
 
+from disentangle.data.base import ConstrainedStream
 from disentangle.data.constraints import (
-    ConstrainedStream,
     correlation_weights,
     heldout_mask,
     parse_correlation,

@@ -94,6 +94,36 @@ class UniformFactorStream(IterableDataset):
             yield self.order[pick][mine]
 
 
+class ConstrainedStream(IterableDataset):
+    """Endless index batches from the trainable samples ``allowed`` only (``data.split``, ``data.correlation``).
+    Without weights: :class:`IndexStream`'s shuffled epochs, over positions in ``allowed``. With weights: i.i.d. draws
+    with replacement, each sample with probability proportional to its weight (Roth et al.'s
+    ``WeightedRandomSampler``), ``start`` batches' draws skipped on resume; each rank takes its rows
+    (:func:`_rank_slice`)."""
+
+    def __init__(self, allowed: torch.Tensor, weights: torch.Tensor | None, batch_size: int, seed: int,
+                 start: int = 0, parts: int = 1):
+        if allowed.numel() == 0 or (weights is None and allowed.numel() < batch_size):
+            raise ValueError(f"only {allowed.numel()} samples remain for training under the split, fewer than "
+                             f"model.batch_size={batch_size}")
+        self.allowed, self.batch_size, self.seed, self.start, self.parts = allowed, int(batch_size), int(seed), int(
+            start), int(parts)
+        self.weights = None if weights is None else weights.double() / weights.double().sum()
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        if self.weights is None:
+            for positions in IndexStream(self.allowed.numel(), self.batch_size, self.seed, self.start, self.parts):
+                yield self.allowed[positions]
+            return
+        gen = torch.Generator().manual_seed(self.seed * 100_003 + 7)
+        mine = _rank_slice(self.batch_size, self.parts)
+        for _ in range(self.start):
+            torch.multinomial(self.weights, self.batch_size, replacement=True, generator=gen)
+        while True:
+            pick = torch.multinomial(self.weights, self.batch_size, replacement=True, generator=gen)
+            yield self.allowed[pick][mine]
+
+
 SAMPLINGS = ("epochs", "uniform_factors")
 
 
@@ -237,11 +267,8 @@ class FactorDataModule(pl.LightningDataModule):
         return allowed, torch.from_numpy(correlation_weights(table, self.factor_sizes, pairs))
 
     def _constrained_stream(self, start: int, parts: int):
-        from .constraints import ConstrainedStream
-
         allowed, weights = self.training_weights()
-        return ConstrainedStream(allowed, weights, self.batch_size, self.seed, start=start,
-                                 rows=_rank_slice(self.batch_size, parts))
+        return ConstrainedStream(allowed, weights, self.batch_size, self.seed, start=start, parts=parts)
 
     def batches_done(self) -> int:
         """Training batches this rank has already been through: 0 for a fresh run, the checkpoint's count for a run

@@ -1,6 +1,6 @@
 """Train-time constraints on a factor grid (issue 46 item 1): held-out combinations (``data.split``) and correlated
 factor pairs (``data.correlation``). Pure functions of a dataset's factor class table; the stream that samples by
-them is :class:`ConstrainedStream`.
+them is :class:`disentangle.data.base.ConstrainedStream`.
 
 **Splits** (Schott et al., ICLR 2022, §3; the rules of the supplementary code their benchmark's files were made with,
 which the benchmark's own test pins at about 70% held out). ``r`` is the held-out fraction per factor (theirs:
@@ -22,13 +22,11 @@ evaluation set keeps the full, uncorrelated distribution.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
-import torch
-from torch.utils.data import IterableDataset
 
-__all__ = ["SPLITS", "ConstrainedStream", "correlation_weights", "heldout_mask", "parse_correlation"]
+__all__ = ["SPLITS", "correlation_weights", "heldout_mask", "parse_correlation"]
 
 SPLITS = ("random", "composition", "interpolation", "extrapolation")
 
@@ -105,39 +103,3 @@ def correlation_weights(factors: np.ndarray, sizes: Sequence[int], pairs) -> np.
         cj = factors[:, j] / max(int(sizes[j]) - 1, 1)
         weights *= np.exp(-((ci - (1 - cj if anti else cj)) ** 2) / (2 * sigma ** 2))
     return weights
-
-
-class ConstrainedStream(IterableDataset):
-    """Endless index batches from the trainable samples only. Without correlations: shuffled epochs over them,
-    without replacement (like ``sampling=epochs``). With correlations: i.i.d. draws with replacement, each sample
-    with probability proportional to its weight (Roth et al.'s ``WeightedRandomSampler``). ``start`` batches are
-    skipped, drawing what they drew, so a resumed run continues the same stream; ``rows`` picks this process's rows
-    of each global batch under data-parallel training."""
-
-    def __init__(self, allowed: torch.Tensor, weights: torch.Tensor | None, batch_size: int, seed: int,
-                 start: int = 0, rows=slice(None)):
-        if allowed.numel() == 0 or (weights is None and allowed.numel() < batch_size):
-            raise ValueError(f"only {allowed.numel()} samples remain for training under the split, fewer than "
-                             f"model.batch_size={batch_size}")
-        self.allowed, self.batch_size, self.seed, self.start, self.rows = allowed, int(batch_size), int(seed), int(
-            start), rows
-        self.weights = None if weights is None else weights.double() / weights.double().sum()
-
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed * 100_003 + 7)
-        n = self.allowed.numel()
-        if self.weights is not None:
-            for _ in range(self.start):
-                torch.multinomial(self.weights, self.batch_size, replacement=True, generator=gen)
-            while True:
-                pick = torch.multinomial(self.weights, self.batch_size, replacement=True, generator=gen)
-                yield self.allowed[pick][self.rows]
-        per_epoch = n // self.batch_size
-        skip_epochs, skip = divmod(self.start, per_epoch)
-        for _ in range(skip_epochs):
-            torch.randperm(n, generator=gen)
-        while True:
-            order = torch.randperm(n, generator=gen)
-            for b in range(skip, per_epoch):
-                yield self.allowed[order[b * self.batch_size:(b + 1) * self.batch_size]][self.rows]
-            skip = 0

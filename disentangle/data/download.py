@@ -216,7 +216,7 @@ def _hub(source: Source, root: Path, *, progress: bool, timeout: float) -> Path:
             enable_progress_bars()
 
 
-def _where(source: Source, root: Path) -> str:
+def _where(source: Source) -> str:
     if source.kind == "hf":
         endpoint = os.environ.get("HF_ENDPOINT")
         return source.url if not endpoint else f"{source.url} (via HF_ENDPOINT={endpoint})"
@@ -274,7 +274,7 @@ def fetch_file(entry: DatasetFile, root, *, progress: bool = True, timeout: floa
             return final
         failures = []
         for number, source in enumerate(entry.sources, 1):
-            where = _where(source, root)
+            where = _where(source)
             part = final.with_name(f"{final.name}.part")
             try:
                 if source.kind == "hf":
