@@ -355,3 +355,41 @@ def test_bad_inputs_raise_one_line_value_errors(call, message):
     with pytest.raises(ValueError, match=message) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+def test_the_non_factorized_support_is_the_2024_builders_grid():
+    """Barin-Pacela et al.'s build_2D_dataset_non_factorized_support: five of the 16 cells empty (so the support is
+    no product of intervals), the diagonal at 0.26 : 0.24 : 0.27 : 0.23, the rest softmax(randn) of their seed."""
+    from disentangle.data.synthetic import NON_FACTORIZED_SEED
+
+    density = make_grid_density([4, 4], priors="non_factorized", generator=gen(1))
+    p = density.priors
+    assert float(p.sum()) == pytest.approx(1.0, abs=1e-12)
+    empty = torch.nonzero(p == 0).flatten().tolist()
+    assert empty == [2, 3, 8, 12, 13]
+    # (x, y) of the empty cells, the first axis fastest: the support is not a product set
+    coords = density.cell_coordinates(torch.tensor(empty)).tolist()
+    assert coords == [[2, 0], [3, 0], [0, 2], [0, 3], [1, 3]]
+    diagonal = p[[0, 5, 10, 15]]
+    assert torch.allclose(diagonal / diagonal.sum(), torch.tensor([0.26, 0.24, 0.27, 0.23], dtype=torch.float64))
+    rest = [k for k in range(16) if k not in (0, 5, 10, 15, 2, 3, 8, 12, 13)]
+    raw = torch.randn(16, generator=torch.Generator().manual_seed(NON_FACTORIZED_SEED), dtype=torch.float64).softmax(0)
+    assert torch.allclose(p[rest] / p[0], raw[rest] / 0.26)   # one normalising constant for every cell
+    assert float(diagonal.sum()) > 0.6           # the heavy diagonal (0.62 of the mass): the factors are correlated
+    # the separators are still the grid's (density_seed), and no point lands in an empty cell
+    assert torch.equal(density.separators[0], make_grid_density([4, 4], generator=gen(1)).separators[0])
+    z = grid_density_sample(20_000, density, generator=gen(3))
+    c = [torch.searchsorted(sep, z[:, i].contiguous(), right=True) - 1 for i, sep in enumerate(density.separators)]
+    cells = set((c[0] + 4 * c[1]).tolist())
+    assert cells.isdisjoint(empty) and len(cells) == 11
+    with pytest.raises(ValueError, match="4 x 4 grid"):
+        make_grid_density([3, 4], priors="non_factorized")
+
+
+def test_the_non_factorized_grid_is_one_override_on_the_2d_data():
+    cfg = compose_config(["experiment=cliff2d", "data.priors=non_factorized"])
+    data = instantiate(cfg.data)
+    assert (data.density.priors == 0).sum() == 5 and len(data.observations) == 5000
+    c = [torch.searchsorted(sep, data.latents[:, i].contiguous(), right=True).clamp(max=4) - 1
+         for i, sep in enumerate(data.density.separators)]
+    assert set((c[0] + 4 * c[1]).tolist()).isdisjoint({2, 3, 8, 12, 13})

@@ -57,7 +57,14 @@ __all__ = [
 ]
 
 FACTOR_LEVELS = 1 << 20   # fixed-point lattice per factor (see the module doc)
-PRIORS = ("random", "diagonal", "uniform")
+PRIORS = ("random", "diagonal", "non_factorized", "uniform")
+# Barin-Pacela et al.'s CLeaR 2024 builder of 2-D data with non-factorized support (build_2D_dataset_non_factorized_support
+# in testdistr.py of facebookresearch/quantized_identifiability): a 4 x 4 grid whose cell probabilities are
+# softmax(randn(16)) from a generator seeded 67280421310721, the diagonal cells then set to these values and the
+# listed cells zeroed (flat indices, the first axis fastest), all renormalised
+NON_FACTORIZED_SEED = 67280421310721
+NON_FACTORIZED_DIAGONAL = {0: 0.26, 5: 0.24, 10: 0.27, 15: 0.23}
+NON_FACTORIZED_EMPTY = (2, 3, 8, 12, 13)
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -127,14 +134,17 @@ class GridDensity:
 
 
 def make_grid_density(grid_dims: Sequence[int], *, min_spacing: float = 0.3, max_spacing: float = 2.5,
-                      corner: float = 0.0, priors: str = "random",
+                      corner: float = 0.0, priors: str = "random", prior_seed: int = NON_FACTORIZED_SEED,
                       generator: torch.Generator | None = None) -> GridDensity:
     """Draw a grid density (the 2024 generator's procedure and defaults).
 
     Separators: along each axis in turn, ``corner`` then cumulative U(min_spacing, max_spacing) gaps. Priors:
     ``"random"`` softmax(randn(n_cells)); ``"diagonal"`` (square grids only) the 2024 "factorized support"
-    builder: p = softmax(randn) / 5, the diagonal cells set to 0.25, then softmax(10 p); ``"uniform"``.
-    Everything is drawn from ``generator`` (float64), so a seed fixes the density.
+    builder: p = softmax(randn) / 5, the diagonal cells set to 0.25, then softmax(10 p); ``"non_factorized"``
+    (4 x 4 only) the 2024 non-factorized-support builder: softmax(randn(16)) from its own generator seeded
+    ``prior_seed`` (theirs: :data:`NON_FACTORIZED_SEED`), the diagonal set to 0.26, 0.24, 0.27, 0.23, cells
+    2, 3, 8, 12 and 13 zeroed (their support is not a product of intervals), renormalised; ``"uniform"``.
+    Everything else is drawn from ``generator`` (float64), so a seed fixes the density.
     """
     if isinstance(grid_dims, (str, bytes)) or not isinstance(grid_dims, Sequence) or len(grid_dims) < 1:
         raise ValueError(f"grid_dims must be a non-empty list of positive integers (got {grid_dims!r})")
@@ -147,6 +157,8 @@ def make_grid_density(grid_dims: Sequence[int], *, min_spacing: float = 0.3, max
         raise ValueError(f"priors must be one of {list(PRIORS)} (got {priors!r})")
     if priors == "diagonal" and len(set(dims)) != 1:
         raise ValueError(f"priors='diagonal' needs the same number of cells on every axis (got grid_dims={dims})")
+    if priors == "non_factorized" and dims != [4, 4]:
+        raise ValueError(f"priors='non_factorized' is the 2024 builder's 4 x 4 grid (got grid_dims={dims})")
     separators = []
     for n in dims:
         gaps = lo + (hi - lo) * torch.rand(n, generator=generator, dtype=torch.float64)
@@ -154,6 +166,13 @@ def make_grid_density(grid_dims: Sequence[int], *, min_spacing: float = 0.3, max
     n_cells = math.prod(dims)
     if priors == "uniform":
         probs = torch.full((n_cells,), 1.0 / n_cells, dtype=torch.float64)
+    elif priors == "non_factorized":
+        own = torch.Generator().manual_seed(int(prior_seed))
+        probs = torch.randn(n_cells, generator=own, dtype=torch.float64).softmax(0)
+        for cell, value in NON_FACTORIZED_DIAGONAL.items():
+            probs[cell] = value
+        probs[list(NON_FACTORIZED_EMPTY)] = 0.0
+        probs = probs / probs.sum()
     else:
         probs = torch.randn(n_cells, generator=generator, dtype=torch.float64).softmax(0)
         if priors == "diagonal":
@@ -248,6 +267,7 @@ class Cliff2dDataModule(FactorDataModule):
         num_samples: data set size (paper: 5000). name: must be "cliff2d" (configs look values up by it).
         grid_dims, min_spacing, max_spacing, priors: the grid density (:func:`make_grid_density`).
         density_seed: seeds the density's draw (2024 builders: z_seed = 1). sample_seed: seeds the points.
+        prior_seed: seeds the cell probabilities of ``priors="non_factorized"`` (the 2024 builder's own seed).
         mix_seed, max_condition, input_range: the mixing (:func:`mixing_matrices`, :func:`mix`).
         factor_names, factor_sizes: optional checks against the data's.
         batch_size, eval_size (None = num_samples), eval_seed, seed, sampling: as for every data module.
@@ -257,9 +277,9 @@ class Cliff2dDataModule(FactorDataModule):
     continuous_factors = True
 
     def __init__(self, num_samples: int = 5000, name: str = "cliff2d", grid_dims: Sequence[int] = (4, 4),
-                 min_spacing: float = 0.3,
-                 max_spacing: float = 2.5, priors: str = "random", density_seed: int = 1, sample_seed: int = 2,
-                 mix_seed: int = 0, max_condition: float = 10.0, input_range: float | None = 3.0,
+                 min_spacing: float = 0.3, max_spacing: float = 2.5, priors: str = "random", density_seed: int = 1,
+                 sample_seed: int = 2, prior_seed: int = NON_FACTORIZED_SEED, mix_seed: int = 0,
+                 max_condition: float = 10.0, input_range: float | None = 3.0,
                  factor_names: Sequence[str] | None = None, factor_sizes: Sequence[int] | None = None,
                  eval_size: int | None = None, **kwargs):
         num_samples = _positive_int("data.num_samples", num_samples)
@@ -270,12 +290,14 @@ class Cliff2dDataModule(FactorDataModule):
                              f"(got {self.sampling!r})")
         if input_range is not None and not _finite("data.input_range", input_range) > 0:
             raise ValueError(f"data.input_range must be > 0 or null (got {input_range})")
-        for key, value in (("data.density_seed", density_seed), ("data.sample_seed", sample_seed)):
+        for key, value in (("data.density_seed", density_seed), ("data.sample_seed", sample_seed),
+                           ("data.prior_seed", prior_seed)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"{key} must be an integer (got {value!r})")  # noqa: TRY004
         try:
             self.density = make_grid_density(list(grid_dims), min_spacing=min_spacing, max_spacing=max_spacing,
-                                             priors=priors, generator=torch.Generator().manual_seed(int(density_seed)))
+                                             priors=priors, prior_seed=prior_seed,
+                                             generator=torch.Generator().manual_seed(int(density_seed)))
             self.mixing = mixing_matrices(self.density.dim, seed=mix_seed, max_condition=max_condition)
         except ValueError as exc:
             raise ValueError(f"data: {exc}") from exc
@@ -337,7 +359,7 @@ class BallsDataModule(FactorDataModule):
                  grid_dims: Sequence[int] = (5, 4),
                  min_spacing: float = 0.3, max_spacing: float = 2.5, priors: str = "random",
                  coupling: str = "independent", position_range: Sequence[float] = (0.1, 0.9), density_seed: int = 1,
-                 sample_seed: int = 2, held_out: bool = True, factor_names: Sequence[str] | None = None,
+                 sample_seed: int = 2, prior_seed: int = NON_FACTORIZED_SEED, held_out: bool = True, factor_names: Sequence[str] | None = None,
                  factor_sizes: Sequence[int] | None = None, eval_size: int = 5000, **kwargs):
         from .procedural import balls
 
@@ -357,7 +379,8 @@ class BallsDataModule(FactorDataModule):
         if len(bounds) != 2 or not _finite("data.position_range", bounds[0]) < _finite("data.position_range", bounds[1]):
             raise ValueError(f"data.position_range must be [lo, hi] with lo < hi (got {position_range!r})")
         lo, hi = float(bounds[0]), float(bounds[1])
-        for key, value in (("data.density_seed", density_seed), ("data.sample_seed", sample_seed)):
+        for key, value in (("data.density_seed", density_seed), ("data.sample_seed", sample_seed),
+                           ("data.prior_seed", prior_seed)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"{key} must be an integer (got {value!r})")  # noqa: TRY004
         dims = list(grid_dims)
@@ -365,7 +388,7 @@ class BallsDataModule(FactorDataModule):
             raise ValueError(f"data.grid_dims must have 2 entries (cells along x and y of a ball), got {dims}")
         try:
             self.density = make_grid_density(dims if coupling == "independent" else dims * 2, min_spacing=min_spacing,
-                                             max_spacing=max_spacing, priors=priors,
+                                             max_spacing=max_spacing, priors=priors, prior_seed=prior_seed,
                                              generator=torch.Generator().manual_seed(int(density_seed)))
         except ValueError as exc:
             raise ValueError(f"data: {exc}") from exc
