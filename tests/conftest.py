@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 import disentangle.runtime.config  # noqa: F401  (resolvers)
+
+import forked_cli  # tests/: the command lines forked from a preloaded interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 # the raw fixtures (tests/raw_fixtures.py) are reduced grids in the official formats, not the published files: convert
@@ -69,13 +70,9 @@ def compose_config(overrides, output_dir=None):
 
 
 def run_cli(*args, env=None, timeout=600):
-    """Run `python -m disentangle.train ARGS` in a subprocess; returns CompletedProcess."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "disentangle.train", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env, check=False,
-    )
+    """Run `python -m disentangle.train ARGS` in a process of its own (forked from a preloaded interpreter unless
+    ``env`` adds variables: tests/forked_cli.py); returns CompletedProcess."""
+    return forked_cli.run("disentangle.train", *args, env=env, timeout=timeout)
 
 
 @pytest.fixture

@@ -2,12 +2,11 @@
 ``torch.load(weights_only=True)`` (disentangle.runtime.checkpointing.read_checkpoint), so a shared file whose unpickling
 would run a command is refused in one line naming what it needs, and the command never runs."""
 import os
-import subprocess
-import sys
 
+import forked_cli
 import pytest
 import torch
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 from disentangle.errors import ConfigError
 from disentangle.runtime.checkpointing import (
@@ -58,8 +57,7 @@ def test_a_file_that_is_no_checkpoint_is_unreadable_not_unsafe(tmp_path):
 
 def test_no_entry_point_runs_a_malicious_checkpoint(malicious, tmp_path):
     path, marker = malicious
-    evaluate = subprocess.run([sys.executable, "-m", "disentangle.evaluate", f"ckpt={path}"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300, check=False)
+    evaluate = forked_cli.run("disentangle.evaluate", f"ckpt={path}", timeout=300)
     resume = run_cli("model=ae", "model/arch=small", "data=sprites", f"resume={path}",
                      f"hydra.run.dir={tmp_path / 'resumed'}")
     auto = tmp_path / "auto"

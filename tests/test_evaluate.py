@@ -1,18 +1,15 @@
 """`python -m disentangle.evaluate ckpt=PATH`: re-evaluates a training checkpoint through the real CLI."""
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 
+import forked_cli
 import pytest
-from conftest import FIGURES, ROOT
+from conftest import FIGURES
 
 
 def run_evaluate(*args):
-    return subprocess.run([sys.executable, "-m", "disentangle.evaluate", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, check=False, env=dict(os.environ))
+    return forked_cli.run("disentangle.evaluate", *args, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,10 @@
 """Prepare and train from official-format raw files (small grids), through the real CLI entry points."""
 import json
-import os
-import subprocess
-import sys
 
+import forked_cli
 import numpy as np
 import pytest
-from conftest import FAST, ROOT, run_cli
+from conftest import FAST, run_cli
 from raw_fixtures import decode_index, write_isaac3d
 
 from disentangle.data import load_dataset
@@ -16,8 +14,7 @@ SIZES = (2,) * 9
 
 
 def run_prepare(*args):
-    return subprocess.run([sys.executable, "-m", "disentangle.prepare", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, check=False, env=dict(os.environ))
+    return forked_cli.run("disentangle.prepare", *args, timeout=300)
 
 
 def test_prepare_converts_official_raw_files_once(tmp_path):

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
-import sys
 from importlib import metadata
 
+import forked_cli
 from conftest import FAST, ROOT, compose_config
 
 from disentangle.foundation.provenance import cpu_info, git_state, machine, software_versions
@@ -37,11 +37,10 @@ def test_metrics_json_of_training_and_of_evaluate_record_the_versions(tmp_path):
     assert record["machine"] == machine() and record["machine"]["cpu"] == cpu_info()[0]  # where: CPUs differ
 
     out = tmp_path / "evaluated"
-    proc = subprocess.run(
-        [sys.executable, "-m", "disentangle.evaluate", f"ckpt={tmp_path / 'checkpoints' / 'last.ckpt'}", f"output_dir={out}",
-         "callbacks.evaluation.figures=false", "callbacks.evaluation.n_samples=256",
-         "callbacks.evaluation.progress=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    proc = forked_cli.run(
+        "disentangle.evaluate", f"ckpt={tmp_path / 'checkpoints' / 'last.ckpt'}", f"output_dir={out}",
+        "callbacks.evaluation.figures=false", "callbacks.evaluation.n_samples=256",
+        "callbacks.evaluation.progress=false", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     evaluated = json.loads((out / "metrics.json").read_text())
     assert evaluated["versions"]["torch"] == record["versions"]["torch"]

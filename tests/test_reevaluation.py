@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import forked_cli
 import pytest
-from conftest import FAST, ROOT, run_cli
+from conftest import FAST, run_cli
 
 # settings unlike conf/callbacks/default.yaml's, as the quickstart and the paper sweeps set them
 OWN = ["callbacks.evaluation.infomec.ksg_k=5", "callbacks.evaluation.dci.completeness=weighted",
@@ -15,8 +14,7 @@ OWN = ["callbacks.evaluation.infomec.ksg_k=5", "callbacks.evaluation.dci.complet
 
 
 def evaluate(*args):
-    proc = subprocess.run([sys.executable, "-m", "disentangle.evaluate", *args, "callbacks.evaluation.figures=false"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    proc = forked_cli.run("disentangle.evaluate", *args, "callbacks.evaluation.figures=false", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked_cli
 import pytest
 import torch
 from conftest import FAST, ROOT, compose_config, run_cli
@@ -29,9 +30,8 @@ RESUME += ["trainer.max_steps=40", "callbacks.checkpoint.every_n_train_steps=8",
 MODELS = ["ae", *(pytest.param(m, marks=pytest.mark.slow) for m in ("tripod", "betavae", "factorvae"))]
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "disentangle.train", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+def _start(args: list[str]):
+    return forked_cli.start("disentangle.train", *args)
 
 
 def _kill_after_first_checkpoint(proc: subprocess.Popen, run_dir: Path, timeout: float = 240) -> None:

@@ -10,10 +10,9 @@ import copy
 import os
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli
 import numpy as np
 import pytest
 import torch
@@ -159,8 +158,7 @@ def test_the_checkpoint_openers_refuse_a_payload_and_build_nothing(stored_config
     assert "subprocess.run" in compare_evaluations(ckpt, ("cpu", "cpu"))["error"]
     assert "subprocess.run" in measure_run(run_dir).error
     # the command line, with a data config given (the report): one line, exit 2
-    done = subprocess.run([sys.executable, "-m", "disentangle.evaluate", f"ckpt={ckpt}", "data=shapes2d"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = forked_cli.run("disentangle.evaluate", f"ckpt={ckpt}", "data=shapes2d", timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().count("\n") == 0 and "model.extra._target_ is 'subprocess.run'" in done.stderr
     assert not marker.exists()
