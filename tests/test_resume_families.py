@@ -7,15 +7,14 @@ from __future__ import annotations
 import functools
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+import forked_cli
 import pytest
 import torch
-from conftest import CONF, FAST, ROOT, compose_config
+from conftest import CONF, FAST, compose_config
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException
@@ -163,13 +162,12 @@ def test_a_new_family_in_an_experiment_fails_the_enumeration_naming_itself(tmp_p
 
 
 class KillAfterFirstCheckpoint(threading.Thread):
-    """Watches a training subprocess and SIGKILLs it as soon as its first checkpoint is on disk (a thread, so the
+    """Watches a training process (forked from the preloaded interpreter: tests/forked_cli.py) and SIGKILLs it as soon as its first checkpoint is on disk (a thread, so the
     uninterrupted twin can train in this process meanwhile, while the subprocess starts up)."""
 
     def __init__(self, args: list[str], run_dir: Path, timeout: float = 300):
         super().__init__(daemon=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "disentangle.train", *args, f"hydra.run.dir={run_dir}"],
-                                     cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = forked_cli.start("disentangle.train", *args, f"hydra.run.dir={run_dir}")
         self.last, self.timeout, self.problem = run_dir / "checkpoints" / "last.ckpt", timeout, None
         self.start()
 
