@@ -154,9 +154,40 @@ def test_pytorch_init_leaves_the_layers_as_built_and_unknown_schemes_are_refused
     layer = nn.Linear(4, 3)
     before = layer.weight.clone()
     assert torch.equal(initialize(layer, "pytorch").weight, before)
-    with pytest.raises(ValueError, match=r"init must be one of \['pytorch', 'haiku', 'glorot', 'normal_0.02'\]"):
+    with pytest.raises(ValueError, match=r"init must be one of \['pytorch', 'haiku', 'glorot', 'normal_0.02', "
+                                         r"'kaiming_relu'\]"):
         initialize(layer, "xavier")
-    assert set(INITS) == {"pytorch", "haiku", "glorot", "normal_0.02"}
+    assert set(INITS) == {"pytorch", "haiku", "glorot", "normal_0.02", "kaiming_relu"}
+
+
+@pytest.mark.parametrize("layer", [nn.Linear(500, 300), nn.Conv2d(32, 64, 4), nn.ConvTranspose2d(64, 32, 4)],
+                         ids=["linear", "conv", "transposed"])
+def test_roths_init_is_kaiming_uniform_for_relu_and_keeps_pytorchs_biases(layer):
+    """Roth et al.'s dent/utils/initialization.py: weights U(-b, b) with b = sqrt(2) * sqrt(3 / fan_in) (PyTorch's
+    fan-in: dim 1 times the kernel area, for a transposed convolution too), biases as PyTorch built them (nonzero,
+    within 1 / sqrt(fan_in)); PyTorch's default weights are sqrt(6) times narrower."""
+    torch.manual_seed(0)
+    w = layer.weight
+    fan = w.shape[1] * math.prod(w.shape[2:])
+    bias = layer.bias.detach().clone()
+    assert w.abs().max() <= 1 / math.sqrt(fan) * 1.0001               # as built: PyTorch's default
+    initialize(layer, "kaiming_relu")
+    bound = math.sqrt(6 / fan)
+    assert layer.weight.abs().max() <= bound and layer.weight.abs().max() > 0.98 * bound
+    assert layer.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.03)
+    assert torch.equal(layer.bias, bias) and bias.abs().max() > 0
+
+
+def test_the_cliff_and_roth_protocols_take_roths_init_from_the_authors_code_switch():
+    """fidelity=authors_code on the Shapes3D protocol the Cliff paper reuses means Roth et al.'s code, not Friede
+    et al.'s (which model=vae_friede alone takes); fidelity=spec means PyTorch's default."""
+    for experiment in ("cliff_shapes3d", "roth_correlated"):
+        assert compose_config([f"experiment={experiment}", "fidelity=authors_code"]).model.init == "kaiming_relu"
+        assert compose_config([f"experiment={experiment}", "fidelity=spec"]).model.init == "pytorch"
+    assert compose_config(["model=vae_friede", "fidelity=authors_code"]).model.init == "haiku"
+    roth = compose_config(["experiment=roth_correlated", "+regularizer=hfs"])
+    assert (roth.model.optimizer.lr, roth.model.batch_size, roth.trainer.max_steps) == (1e-4, 64, 300_000)
+    assert roth.model.n_latents == 10 and roth.data.name == "shapes3d" and "hfs" in roth.model.regularizers
 
 
 def test_a_bad_model_init_is_one_clear_line():

@@ -9,6 +9,11 @@ the authors' started (``model.init``, ``fidelity=authors_code``; docs/fidelity.m
   limit sqrt(6 / (fan_in + fan_out)), zero biases.
 * ``normal_0.02``: N(0, 0.02) weights and zero biases (the FactorQVAE authors' ``weights_init`` for their
   discriminator).
+* ``kaiming_relu``: Roth et al.'s code (facebookresearch/disentangling-correlated-factors@3b0d233,
+  ``dent/utils/initialization.py``, which Cliff's Shapes3D protocol reuses): ``torch.nn.init.kaiming_uniform_`` for a
+  ReLU (bound sqrt(6 / fan_in), PyTorch's fan-in) on every Linear and convolution weight; biases keep PyTorch's
+  default. PyTorch's own default is the same function with a = sqrt(5), bound 1 / sqrt(fan_in): sqrt(6) times
+  narrower.
 
 Only Linear and (transposed) convolution layers are set; normalisation layers and codebooks keep theirs.
 """
@@ -19,7 +24,7 @@ import math
 import torch
 from torch import nn
 
-INITS = ("pytorch", "haiku", "glorot", "normal_0.02")
+INITS = ("pytorch", "haiku", "glorot", "normal_0.02", "kaiming_relu")
 _LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
@@ -45,6 +50,9 @@ def initialize(module: nn.Module, scheme: str) -> nn.Module:
     for layer in module.modules():
         if not isinstance(layer, _LAYERS):
             continue
+        if scheme == "kaiming_relu":
+            nn.init.kaiming_uniform_(layer.weight, a=0.0, mode="fan_in", nonlinearity="relu")
+            continue   # Roth et al. leave the biases as PyTorch built them
         if scheme == "haiku":
             std = 1.0 / math.sqrt(fan_in(layer))
             nn.init.trunc_normal_(layer.weight, 0.0, std, -2.0 * std, 2.0 * std)
