@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -16,10 +17,12 @@ from hydra.utils import instantiate
 
 from disentangle.data.base import ConstrainedStream
 from disentangle.data.constraints import (
+    MONTERO,
     correlation_weights,
     heldout_mask,
     parse_correlation,
 )
+from disentangle.errors import ConfigError
 from disentangle.runtime.families import FAMILIES
 from disentangle.runtime.run import train
 
@@ -206,3 +209,68 @@ def test_the_semi_supervised_labels_come_only_from_trainable_combinations():
     held = {tuple(row) for row in job.datamodule.factor_table()[job.datamodule.heldout_mask()].tolist()}
     labels = torch.cat([supervision.labels["train"], supervision.labels["validation"]])
     assert len(labels) == 200 and not {tuple(row) for row in labels.tolist()} & held
+
+
+# -- Montero et al.'s recombination splits -----------------------------------------------------------------------
+MONTERO_GRIDS = {"dsprites": (["shape", "scale", "orientation", "pos_x", "pos_y"], [3, 6, 40, 32, 32]),
+                 "shapes3d": (["floor_hue", "object_hue", "orientation", "scale", "shape", "wall_hue"],
+                              [10, 10, 15, 8, 4, 10]),
+                 "mpi3d": (["object_color", "object_shape", "object_size", "camera_height", "background_color",
+                            "robot_x", "robot_y"], [6, 6, 2, 3, 3, 40, 40])}
+
+
+def _grid(sizes):
+    return np.stack(np.meshgrid(*[np.arange(n) for n in sizes], indexing="ij"), -1).reshape(-1, len(sizes))
+
+
+@pytest.mark.parametrize("dataset, split, held", [
+    # counts from their filters on raw values (mmrl/disent-and-gen, scripts/configs/datasplits.py)
+    ("dsprites", "recombination_to_element", 1 * 4 * 12 * 11 * 11),     # 5,808
+    ("dsprites", "recombination_to_range", 1 * 6 * 40 * 16 * 32),       # squares in the right half
+    ("shapes3d", "recombination_to_element", 2 * 2 * 2 * 3 * 1 * 3),    # 72
+    ("shapes3d", "recombination_to_range", 10 * 5 * 15 * 8 * 1 * 10),   # pills with object hue >= 0.5
+    ("mpi3d", "recombination_to_element", 4 * 4),                      # 16
+    ("mpi3d", "recombination_to_range", 6 * 1 * 2 * 3 * 3 * 20 * 40),  # cylinders with x < 20
+])
+def test_montero_recombination_splits_hold_out_their_published_sets(dataset, split, held):
+    names, sizes = MONTERO_GRIDS[dataset]
+    table = _grid(sizes)
+    mask = heldout_mask(table, sizes, names, split, 0.0, (), dataset=dataset)
+    assert mask.sum() == held
+    # every held-out combination meets every condition at once; each condition alone leaves some in training
+    conditions = MONTERO[dataset][split]
+    for name, classes in conditions.items():
+        column = table[:, names.index(name)]
+        assert np.isin(column[mask], classes).all()
+        assert (np.isin(column, classes) & ~mask).any()
+
+
+def test_montero_raw_value_thresholds_map_to_these_classes():
+    """Their filters on raw values, recomputed from each grid's values: the class sets above are what they select."""
+    scale = np.round(np.arange(0.5, 1.01, 0.1), 6)
+    assert np.nonzero(scale > 0.6)[0].tolist() == MONTERO["dsprites"]["recombination_to_element"]["scale"]
+    orientation = np.linspace(0, 2 * np.pi, 40)
+    inside = np.nonzero((orientation > 2 * np.pi / 3 + 1e-9) & (orientation < 4 * np.pi / 3 - 1e-9))[0].tolist()
+    assert inside == MONTERO["dsprites"]["recombination_to_element"]["orientation"]
+    position = np.arange(32) / 31
+    assert np.nonzero(position > 0.66)[0].tolist() == MONTERO["dsprites"]["recombination_to_element"]["pos_x"]
+    assert np.nonzero(position > 0.5)[0].tolist() == MONTERO["dsprites"]["recombination_to_range"]["pos_x"]
+    s3 = MONTERO["shapes3d"]["recombination_to_element"]
+    assert np.nonzero(np.linspace(0.75, 1.25, 8) >= 1.1)[0].tolist() == s3["scale"]
+    assert np.nonzero(np.linspace(-30, 30, 15) > 20)[0].tolist() == s3["orientation"]
+    assert np.nonzero(np.round(np.arange(10) / 10, 6) >= 0.8)[0].tolist() == s3["object_hue"] == s3["wall_hue"]
+    assert np.nonzero(np.round(np.arange(10) / 10, 6) >= 0.5)[0].tolist() == \
+        MONTERO["shapes3d"]["recombination_to_range"]["object_hue"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data=shapes2d", "data.split=recombination_to_element"], "defined for ['dsprites', 'mpi3d', 'shapes3d']"),
+    (["data=mpi3d", "data.variant=complex", "data.split=recombination_to_element"], "classes in this variant"),
+])
+def test_a_recombination_split_off_their_datasets_is_one_line_before_the_imports(overrides, message):
+    from disentangle.runtime.preflight import check_training_config
+
+    cfg = compose_config(["model=ae", *overrides])
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        check_training_config(cfg)
+    assert "\n" not in str(info.value)

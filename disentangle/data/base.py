@@ -249,7 +249,7 @@ class FactorDataModule(pl.LightningDataModule):
 
         table = self.factor_table().numpy()
         return torch.from_numpy(heldout_mask(table, self.factor_sizes, self.factor_names, self.split,
-                                             self.split_ratio, self.split_keep))
+                                             self.split_ratio, self.split_keep, dataset=self.name))
 
     def heldout_indices(self) -> torch.Tensor:
         """Indices of the held-out combinations (empty for ``data.split=random``): an evaluation set of their own."""

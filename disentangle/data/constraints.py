@@ -14,6 +14,21 @@ shape, Shapes3D's object type, MPI3D's shape and size). Over the other factors V
   ``q = 1 - (1 - (1-r)^|V|)^(1/|V|)``; held out otherwise (every factor of V high at once);
 * ``random``: nothing held out (every combination trains: this project's default, unchanged).
 
+**Recombination splits** (Montero et al., ICLR 2021; the held-out sets of their camera-ready code,
+mmrl/disent-and-gen@9b34e90, ``scripts/configs/datasplits.py``, the variants ``scripts/analysis/conditions.yaml``
+names). Defined for their three datasets only (:data:`MONTERO`); ``split_ratio`` and ``split_keep`` do not apply.
+A combination is held out when every listed factor is at one of the listed classes:
+
+* ``recombination_to_element``: one corner of the grid, every factor constrained (their ``leave1out``);
+* ``recombination_to_range``: one value of a factor never seen with half the range of another (dSprites'
+  ``shape2tx``, Shapes3D's ``shape_to_objh``, MPI3D's ``cylinder2horz20``).
+
+Their filters compare raw latent values (MPI3D: class indices); here they are the class indices those values give:
+dSprites' scale 0.5..1 step 0.1, orientation linspace(0, 2 pi, 40), position k/31; Shapes3D's hues k/10, scale
+linspace(0.75, 1.25, 8), orientation linspace(-30, 30, 15). One bound sits on a grid value: dSprites' orientation
+"> 2 pi/3" excludes class 13 (= 2 pi/3 exactly; in their float32 values it may fall either side). A thesis that
+follows them (Tonnaer 2022, Table 5.1) prints other recombination-to-element thresholds; the code's are used.
+
 **Correlations** (Roth et al., ICLR 2023, their code's sampling weights, after Träuble et al. 2021): each pair
 ``(i, j)`` with strength ``sigma`` weighs a sample by ``exp(-(c_i - c_j)² / (2 sigma²))`` with ``c = k/(n-1)`` (``1 - c_j``
 when ``anti``); pairs multiply. Their settings: sigma 0.1 (standard), 0.4 (weak), 0.04 (strong). Training only: the
@@ -26,9 +41,36 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["SPLITS", "correlation_weights", "heldout_mask", "parse_correlation"]
+__all__ = ["MONTERO", "SPLITS", "correlation_weights", "heldout_mask", "montero_split", "parse_correlation"]
 
-SPLITS = ("random", "composition", "interpolation", "extrapolation")
+SPLITS = ("random", "composition", "interpolation", "extrapolation", "recombination_to_element",
+          "recombination_to_range")
+_R = lambda lo, hi: list(range(lo, hi + 1))  # noqa: E731  (inclusive class range)
+# dataset -> split -> {factor: held-out classes}; held out = every condition at once (module doc)
+MONTERO: dict[str, dict[str, dict[str, list[int]]]] = {
+    "dsprites": {
+        # ellipse, scale > 0.6, 120 deg < orientation < 240 deg, x > 0.66, y > 0.66
+        "recombination_to_element": {"shape": [1], "scale": _R(2, 5), "orientation": _R(14, 25),
+                                     "pos_x": _R(21, 31), "pos_y": _R(21, 31)},
+        # a square in the right half
+        "recombination_to_range": {"shape": [0], "pos_x": _R(16, 31)},
+    },
+    "shapes3d": {
+        # every hue >= 0.8, scale >= 1.1, cylinder, orientation > 20 deg
+        "recombination_to_element": {"floor_hue": [8, 9], "wall_hue": [8, 9], "object_hue": [8, 9],
+                                     "scale": _R(5, 7), "shape": [1], "orientation": _R(12, 14)},
+        # a pill (capsule) with an object hue >= 0.5
+        "recombination_to_range": {"shape": [3], "object_hue": _R(5, 9)},
+    },
+    "mpi3d": {
+        # olive large cylinder, camera at the centre, sea-green background, arm past 35 on both axes
+        "recombination_to_element": {"object_color": [5], "object_shape": [2], "object_size": [1],
+                                     "camera_height": [1], "background_color": [1], "robot_x": _R(36, 39),
+                                     "robot_y": _R(36, 39)},
+        # a cylinder with the arm's horizontal axis below 20
+        "recombination_to_range": {"object_shape": [2], "robot_x": _R(0, 19)},
+    },
+}
 
 
 def _varying(names: Sequence[str], keep: Sequence[str]) -> list[int]:
@@ -38,15 +80,35 @@ def _varying(names: Sequence[str], keep: Sequence[str]) -> list[int]:
     return [i for i, name in enumerate(names) if name not in set(keep)]
 
 
+def montero_split(dataset: str, split: str) -> dict[str, list[int]]:
+    """Montero et al.'s held-out conditions of ``split`` on ``dataset`` (:data:`MONTERO`), or a one-line error."""
+    if dataset not in MONTERO:
+        raise ValueError(f"data.split={split} is Montero et al.'s, defined for {sorted(MONTERO)} (got data={dataset}); "
+                         f"on this dataset use composition, interpolation or extrapolation")
+    return MONTERO[dataset][split]
+
+
 def heldout_mask(factors: np.ndarray, sizes: Sequence[int], names: Sequence[str], split: str, ratio: float,
-                 keep: Sequence[str] = ()) -> np.ndarray:
+                 keep: Sequence[str] = (), dataset: str | None = None) -> np.ndarray:
     """Boolean (N,) mask of the samples whose factor combination ``split`` holds out of training (see the module
-    docstring for the rules); all False for ``random``."""
+    docstring for the rules); all False for ``random``. The recombination splits need ``dataset``'s name."""
     if split not in SPLITS:
         raise ValueError(f"data.split must be one of {list(SPLITS)} (got {split!r})")
     factors = np.asarray(factors)
     if split == "random":
         return np.zeros(len(factors), dtype=bool)
+    if split.startswith("recombination_"):
+        held = np.ones(len(factors), dtype=bool)
+        for name, classes in montero_split(str(dataset), split).items():
+            if name not in names:
+                raise ValueError(f"data.split={split} constrains factor {name!r}, which data={dataset} lacks "
+                                 f"(its factors: {list(names)})")
+            i = list(names).index(name)
+            if max(classes) >= int(sizes[i]):
+                raise ValueError(f"data.split={split} holds out class {max(classes)} of {name}, which has "
+                                 f"{sizes[i]} classes in this variant of data={dataset}")
+            held &= np.isin(factors[:, i], classes)
+        return held
     if not 0 < float(ratio) < 1:
         raise ValueError(f"data.split_ratio must be in (0, 1) (got {ratio})")
     varying = _varying(names, keep)

@@ -38,6 +38,7 @@ def check_training_config(cfg: DictConfig) -> None:
     if isinstance(steps, int) and steps < 1:
         raise ConfigError(f"trainer.max_steps must be >= 1 (got {steps})")
     _check_precision(cfg)
+    _check_split(cfg)
     _check_dataset(cfg)
 
 
@@ -59,6 +60,25 @@ def _check_precision(cfg: DictConfig) -> None:
     accelerator = str(_value(cfg, "trainer.accelerator", "auto")).lower()
     if value == "16-mixed" and (accelerator == "cpu" or (accelerator == "auto" and cuda_impossible())):
         raise ConfigError(FP16_OFF_CUDA.format(device="CPU"))
+
+
+def _check_split(cfg: DictConfig) -> None:
+    """Montero et al.'s recombination splits exist for their datasets only, with their classes."""
+    split = _value(cfg, "data.split")
+    if not (isinstance(split, str) and split.startswith("recombination_")):
+        return
+    import numpy as np
+
+    from ..data.constraints import heldout_mask   # numpy only
+
+    names, sizes = _value(cfg, "data.factor_names"), _value(cfg, "data.factor_sizes")
+    try:
+        if not (isinstance(names, list) and isinstance(sizes, list)):
+            raise ValueError(f"data.split={split} needs a dataset with named factors")
+        heldout_mask(np.zeros((1, len(names)), dtype=np.int64), sizes, names, split, 0.0, (),
+                     dataset=str(_value(cfg, "data.name")))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_dataset(cfg: DictConfig) -> None:
