@@ -45,7 +45,7 @@ __all__ = ["MONTERO", "SPLITS", "correlation_weights", "heldout_mask", "montero_
 
 SPLITS = ("random", "composition", "interpolation", "extrapolation", "recombination_to_element",
           "recombination_to_range")
-_R = lambda lo, hi: list(range(lo, hi + 1))  # noqa: E731  (inclusive class range)
+_R = lambda lo, hi: list(range(lo, hi + 1))
 # dataset -> split -> {factor: held-out classes}; held out = every condition at once (module doc)
 MONTERO: dict[str, dict[str, dict[str, list[int]]]] = {
     "dsprites": {

@@ -69,12 +69,12 @@ def _check_split(cfg: DictConfig) -> None:
         return
     import numpy as np
 
-    from ..data.constraints import heldout_mask   # numpy only
+    from ..data.constraints import heldout_mask  # numpy only
 
     names, sizes = _value(cfg, "data.factor_names"), _value(cfg, "data.factor_sizes")
     try:
         if not (isinstance(names, list) and isinstance(sizes, list)):
-            raise ValueError(f"data.split={split} needs a dataset with named factors")
+            raise ValueError(f"data.split={split} needs a dataset with named factors")  # noqa: TRY004
         heldout_mask(np.zeros((1, len(names)), dtype=np.int64), sizes, names, split, 0.0, (),
                      dataset=str(_value(cfg, "data.name")))
     except ValueError as exc:
