@@ -22,6 +22,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,6 +136,13 @@ class _Server:
         self.proc: subprocess.Popen | None = None
         self.exits: dict[int, int] = {}
         self.buffer = b""
+        self.folder: Path | None = None   # the children's stdout/stderr files, removed with the server
+
+    def files(self) -> Path:
+        """A new folder for one child's output files, inside this worker's folder of them."""
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="forked-cli-"))
+        return Path(tempfile.mkdtemp(dir=self.folder))
 
     def _ensure(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
@@ -194,6 +202,8 @@ class _Server:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _SERVER = _Server()
@@ -206,7 +216,7 @@ class ForkedProcess:
 
     def __init__(self, module: str, argv: list[str], cwd: Path = ROOT, capture_stdout: bool = True) -> None:
         self.args = [sys.executable, "-m", module, *argv]
-        folder = Path(tempfile.mkdtemp(prefix="forked-cli-"))
+        folder = _SERVER.files()
         self._out = folder / "stdout"
         self._err = folder / "stderr"
         self._out.touch()

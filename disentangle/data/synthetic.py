@@ -58,8 +58,8 @@ __all__ = [
 
 FACTOR_LEVELS = 1 << 20   # fixed-point lattice per factor (see the module doc)
 PRIORS = ("random", "diagonal", "non_factorized", "uniform")
-# Barin-Pacela et al.'s CLeaR 2024 builder of 2-D data with non-factorized support (build_2D_dataset_non_factorized_support
-# in testdistr.py of facebookresearch/quantized_identifiability): a 4 x 4 grid whose cell probabilities are
+# Barin-Pacela et al.'s CLeaR 2024 builder of 2-D data with non-factorized support
+# (build_2D_dataset_non_factorized_support in testdistr.py of facebookresearch/quantized_identifiability): a 4 x 4 grid whose cell probabilities are
 # softmax(randn(16)) from a generator seeded 67280421310721, the diagonal cells then set to these values and the
 # listed cells zeroed (flat indices, the first axis fastest), all renormalised
 NON_FACTORIZED_SEED = 67280421310721
@@ -359,7 +359,8 @@ class BallsDataModule(FactorDataModule):
                  grid_dims: Sequence[int] = (5, 4),
                  min_spacing: float = 0.3, max_spacing: float = 2.5, priors: str = "random",
                  coupling: str = "independent", position_range: Sequence[float] = (0.1, 0.9), density_seed: int = 1,
-                 sample_seed: int = 2, prior_seed: int = NON_FACTORIZED_SEED, held_out: bool = True, factor_names: Sequence[str] | None = None,
+                 sample_seed: int = 2, prior_seed: int = NON_FACTORIZED_SEED, held_out: bool = True,
+                 factor_names: Sequence[str] | None = None,
                  factor_sizes: Sequence[int] | None = None, eval_size: int = 5000, **kwargs):
         from .procedural import balls
 
