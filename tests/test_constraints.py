@@ -4,6 +4,7 @@ checked exhaustively on a small grid, correlations against their exact value, re
 training under a split and a correlation."""
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -12,7 +13,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import FAST, compose_config
+from conftest import FAST, FIGURES, compose_config
 from hydra.utils import instantiate
 
 from disentangle.data.base import ConstrainedStream
@@ -195,6 +196,12 @@ def test_every_model_family_trains_under_a_split_and_a_correlation(family, tmp_p
     result = train(cfg)
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert math.isfinite(result["infom"]) and record["step"] == 4
+    # and is scored out of distribution: the held-out combinations get InfoMEC, both readouts and, for a model
+    # that reconstructs, PSNR
+    ood = record["ood"]
+    assert ood["split"] == "composition" and ood["n_samples"] == 128 and math.isfinite(ood["infom"])
+    assert all(math.isfinite(ood[f"r2_{kind}"]) and math.isfinite(record[f"r2_{kind}"]) for kind in ("linear", "mlp"))
+    assert ("psnr" in ood) == ("psnr" in record)
 
 
 def test_the_semi_supervised_labels_come_only_from_trainable_combinations():
@@ -274,3 +281,55 @@ def test_a_recombination_split_off_their_datasets_is_one_line_before_the_imports
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
         check_training_config(cfg)
     assert "\n" not in str(info.value)
+
+
+# -- scores out of distribution ------------------------------------------------------------------------------------
+def test_a_split_run_scores_its_held_out_set_and_a_random_run_has_none(tmp_path):
+    from disentangle.callbacks.gather import heldout_subset
+
+    overrides = [*FAST, "data=shapes2d", "data.split=extrapolation", "callbacks.evaluation.metrics=[infomec,dci]",
+                 "callbacks.evaluation.save_latents=true", FIGURES]
+    cfg = compose_config(overrides, output_dir=tmp_path / "split")
+    train(cfg)
+    record = json.loads((tmp_path / "split" / "metrics.json").read_text())
+    ood = record["ood"]
+    dm = instantiate(cfg.data)
+    mask = dm.heldout_mask()
+    arrays = np.load(tmp_path / "split" / "latents.npz")
+    index = torch.as_tensor(arrays["ood_dataset_index"])
+    # every scored image is a held-out combination, drawn by the evaluation seed: the same set on every evaluation
+    assert mask[index].all() and len(index) == ood["n_samples"] == 256 and ood["n_heldout"] == int(mask.sum())
+    assert torch.equal(index, heldout_subset(mask, 256, dm.eval_seed))
+    assert ood["indices_sha256"] == hashlib.sha256(index.numpy().astype(np.int64).tobytes()).hexdigest()
+    # the readout is fitted on the evaluation rows training could draw, and scored in and out
+    assert ood["n_inside"] == int((~mask[dm.eval_indices()[:256]]).sum())
+    for kind in ("linear", "mlp"):
+        sides = ood["readout"][kind]
+        assert len(sides["out"]["per_factor"]) == len(dm.factor_sizes)
+        assert sides["out"]["mean"] == ood[f"r2_{kind}"] and sides["in"]["mean"] == record[f"r2_{kind}"]
+    assert {"infom", "dci_d", "psnr", "mse"} <= set(ood) and ood["psnr"] > 0
+    assert (tmp_path / "split" / "reconstructions_heldout.png").is_file()
+    train(compose_config([*FAST, "data=shapes2d", "callbacks.evaluation.metrics=[infomec]"],
+                         output_dir=tmp_path / "random"))
+    plain = json.loads((tmp_path / "random" / "metrics.json").read_text())
+    assert "ood" not in plain and "r2_linear" not in plain
+
+
+def test_the_readouts_read_a_faithful_representation_in_and_out_of_distribution():
+    from disentangle.metrics.ood import readout_scores
+
+    sizes = (6, 5, 1)  # the last factor is constant: nothing to read out
+    table = _grid(sizes)
+    held = (table[:, 0] >= 4) & (table[:, 1] >= 3)  # a corner, as the composition split holds out
+    latents = np.c_[table[:, :2] / np.array([5.0, 4.0]), np.random.default_rng(0).normal(size=len(table))]
+    got = readout_scores(latents[~held], table[~held], latents[held], table[held], sizes, kinds=("linear",))
+    for side in ("in", "out"):
+        r2 = got["linear"][side]["per_factor"]
+        assert r2[0] == pytest.approx(1.0) and r2[1] == pytest.approx(1.0) and r2[2] is None
+        assert got["linear"][side]["mean"] == pytest.approx(1.0)
+    # a representation that drops a factor cannot read it out anywhere
+    blind = readout_scores(latents[~held][:, 1:], table[~held], latents[held][:, 1:], table[held], sizes,
+                           kinds=("linear",))
+    assert blind["linear"]["out"]["per_factor"][0] < 0.1 and blind["linear"]["out"]["per_factor"][1] > 0.99
+    with pytest.raises(ValueError, match="at least 10 in-distribution"):
+        readout_scores(latents[:5], table[:5], latents[held], table[held], sizes)

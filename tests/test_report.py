@@ -63,6 +63,25 @@ def test_metric_labels_agree_with_the_metric_suite():
     assert {k: LABELS[k] for k in SCALAR_LABELS} == SCALAR_LABELS
 
 
+def test_held_out_scores_sit_beside_their_in_distribution_columns(tmp_path, capsys):
+    # a data.split run's metrics.json: in-distribution scalars at the top, the held-out ones in its ood section
+    for seed, (psnr, out_psnr) in enumerate(((30.0, 24.0), (32.0, 25.0))):
+        fake_run(tmp_path, f"{seed}_qlae", "qlae", seed=seed, metrics={
+            "infom": 0.6, "psnr": psnr, "r2_linear": 0.9,
+            "ood": {"split": "composition", "n_samples": 256, "n_heldout": 1000, "infom": 0.4, "psnr": out_psnr,
+                    "r2_linear": 0.2, "readout": {"linear": {"in": {"mean": 0.9}, "out": {"mean": 0.2}}}}})
+    runs = read_runs([tmp_path]).runs
+    assert runs[0].metrics == {"infom": 0.6, "psnr": 30.0, "r2_linear": 0.9, "ood_infom": 0.4, "ood_psnr": 24.0,
+                               "ood_r2_linear": 0.2}
+    rc, out, _ = run_report([tmp_path, "--no-figure"], capsys)
+    head = next(line for line in out.splitlines() if "InfoM" in line)
+    cells = [c.strip() for c in head.strip("|").split("|")]
+    for name in ("InfoM", "PSNR (dB)", "R² lin"):
+        at = next(i for i, c in enumerate(cells) if c.startswith(name) and "(out)" not in c)
+        assert cells[at + 1].startswith(f"{name} (out)"), cells
+    assert rc == 0 and "24.50" in out and "30.0" not in head
+
+
 # -- fake run directories ------------------------------------------------------------------------------------------
 def fake_run(root, name, model, data="shapes3d", seed=0, metrics=None, params=None, overrides=(), config=None):
     """A run directory as disentangle.train writes it: .hydra/config.yaml (with interpolations) and metrics.json."""

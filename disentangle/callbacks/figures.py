@@ -115,7 +115,8 @@ def intervention_grid(images: np.ndarray, column_labels: Sequence[str], path: st
     return _save(fig, path)
 
 
-def reconstruction_grid(originals: np.ndarray, reconstructions: np.ndarray, path: str | Path) -> Path:
+def reconstruction_grid(originals: np.ndarray, reconstructions: np.ndarray, path: str | Path, *,
+                        title: str = "reconstructions") -> Path:
     """Save evaluation images (top row) above their reconstructions (bottom row); both (n, C, H, W) in
     [0, 1]."""
     originals, reconstructions = np.asarray(originals), np.asarray(reconstructions)
@@ -129,7 +130,7 @@ def reconstruction_grid(originals: np.ndarray, reconstructions: np.ndarray, path
     ax.imshow(_tile(np.stack([originals, reconstructions]), pad), interpolation="nearest")
     ax.set_xticks([])
     ax.set_yticks([h / 2, h + pad + h / 2], ["original", "reconstruction"], fontsize=8)
-    ax.set_title("reconstructions")
+    ax.set_title(title)
     return _save(fig, path)
 
 

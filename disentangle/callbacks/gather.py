@@ -55,14 +55,16 @@ def shard_positions(n: int, batch_size: int, rank: int = 0, world_size: int = 1)
 
 @torch.no_grad()
 def encode_subset(model: EvaluableModel, datamodule, settings: GatherSettings, rank: int = 0,
-                  world_size: int = 1) -> dict:
-    """Encode this rank's shard of the evaluation subset and all-gather every rank's rows.
+                  world_size: int = 1, indices: torch.Tensor | None = None) -> dict:
+    """Encode this rank's shard of the evaluation subset (or of ``indices``, dataset indices) and all-gather every
+    rank's rows.
 
     Returns numpy ``{"latents", "factors", "index", "psnr", "mse"}`` over the whole subset in evaluation-set
     order (every rank receives them; the collective needs every rank to call this)."""
     device = model.device
-    n = min(settings.n_samples or datamodule.eval_size, datamodule.eval_size)
-    indices = datamodule.eval_indices()[:n]
+    if indices is None:
+        indices = evaluation_indices(datamodule, settings)
+    n = len(indices)
     shard = shard_positions(n, settings.batch_size, rank, world_size)
     acc = LatentFactorAccumulator()
     for pos in tqdm(shard, desc="evaluate: encode", leave=False, disable=not settings.progress or rank != 0):
@@ -82,6 +84,38 @@ def encode_subset(model: EvaluableModel, datamodule, settings: GatherSettings, r
         acc.update(z[:0].float(), factors[:0], torch.zeros(0, dtype=torch.long, device=device), *quality)
     out = acc.compute()
     acc.reset()
+    return out
+
+
+def evaluation_indices(datamodule, settings: GatherSettings) -> torch.Tensor:
+    """The dataset indices of the evaluation subset: the first ``n_samples`` of the data module's fixed subset."""
+    return datamodule.eval_indices()[: min(settings.n_samples or datamodule.eval_size, datamodule.eval_size)]
+
+
+def heldout_subset(heldout_mask: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """The held-out evaluation set of a ``data.split`` run: ``n`` of the combinations training never sees
+    (``heldout_mask``, the data module's), drawn without replacement by ``seed`` (the data's ``eval_seed``), so
+    that a resumed or re-evaluated run scores the same images."""
+    heldout = torch.nonzero(heldout_mask).flatten()
+    gen = torch.Generator().manual_seed(int(seed))
+    return heldout[torch.randperm(len(heldout), generator=gen)[:n]]
+
+
+@torch.no_grad()
+def encode_heldout(model: EvaluableModel, datamodule, settings: GatherSettings, rank: int = 0,
+                   world_size: int = 1) -> dict | None:
+    """For a ``data.split`` run: encode the held-out set (as many samples as the evaluation subset, fewer if fewer
+    are held out) on every rank, and mark which rows of the evaluation subset training could draw (``inside``,
+    the readout's fitting set). None under ``data.split=random`` or when fewer than 2 samples are held out."""
+    if getattr(datamodule, "split", "random") == "random":
+        return None
+    mask = datamodule.heldout_mask()
+    eval_indices = evaluation_indices(datamodule, settings)
+    indices = heldout_subset(mask, len(eval_indices), datamodule.eval_seed)
+    if len(indices) < 2:
+        return None
+    out = encode_subset(model, datamodule, settings, rank=rank, world_size=world_size, indices=indices)
+    out.update(dataset_index=indices.numpy(), inside=(~mask[eval_indices]).numpy(), n_heldout=int(mask.sum()))
     return out
 
 
@@ -111,11 +145,15 @@ def decode_interventions(model: EvaluableModel, datamodule, z: np.ndarray, n_int
 
 
 @torch.no_grad()
-def reconstruction_pairs(model: EvaluableModel, datamodule, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The first ``k`` evaluation images and their reconstructions (None for k < 1)."""
+def reconstruction_pairs(model: EvaluableModel, datamodule, k: int, indices: torch.Tensor | None = None
+                         ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The first ``k`` evaluation images (or of ``indices``) and their reconstructions (None for k < 1)."""
+    if indices is None:
+        indices = datamodule.eval_indices()
+    k = min(k, len(indices))
     if k < 1:
         return None
-    images, _ = datamodule.gather(datamodule.eval_indices()[:k].to(model.device))
+    images, _ = datamodule.gather(indices[:k].to(model.device))
     _, recon = model.embed(images)
     return images.float().cpu().numpy(), recon.float().cpu().numpy()
 
@@ -133,6 +171,8 @@ def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, opti
     sampled_names = metric_names(sampled=True)
     try:
         data = encode_subset(model, datamodule, settings, rank=rank, world_size=world_size)
+        # the held-out combinations of a data.split run, scored at the end only (a readout is fitted on them)
+        heldout = encode_heldout(model, datamodule, settings, rank=rank, world_size=world_size) if final else None
         if rank != 0:
             return None
         sampled = {}
@@ -148,6 +188,9 @@ def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, opti
             interventions = decode_interventions(model, datamodule, data["latents"], settings.n_interventions)
             k = min(settings.n_reconstructions, settings.n_samples or datamodule.eval_size, datamodule.eval_size)
             reconstructions = reconstruction_pairs(model, datamodule, k)
+            if heldout is not None:
+                heldout["reconstructions"] = reconstruction_pairs(model, datamodule, k,
+                                                                  torch.as_tensor(heldout["dataset_index"]))
         if draw and model.can_sample and model.n_samples_figure:
             samples = model.sample(model.n_samples_figure, seed=0).float().cpu().numpy()
     finally:
@@ -164,4 +207,6 @@ def gather_job(model: EvaluableModel, datamodule, settings: GatherSettings, opti
         interventions=interventions, reconstructions=reconstructions, samples=samples,
         runtime=dict(model.runtime),
         intervention_start=model.intervention_start, figures_dir=figures_dir if draw else None,
+        heldout=heldout, factor_sizes=tuple(int(n) for n in datamodule.factor_sizes),
+        split=getattr(datamodule, "split", "random"),
     )

@@ -35,6 +35,10 @@ class EvaluationJob:
     samples: np.ndarray | None = None  # (n, C, H, W) generated images in [0, 1] (a model that can sample)
     runtime: dict = field(default_factory=dict)  # what ran (precision, device): recorded in metrics.json
     figures_dir: Path | None = None  # a periodic evaluation's figures go here (for loggers that take images)
+    # a data.split run's final evaluation: the held-out set's arrays (gather.encode_heldout), scored as ``ood``
+    heldout: dict | None = None
+    factor_sizes: tuple[int, ...] = ()
+    split: str = "random"
 
 
 @dataclass

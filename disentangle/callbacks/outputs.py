@@ -7,6 +7,7 @@ they were taken and appends the evaluation to ``metrics_history.jsonl``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..metrics.ood import readout_scores
 from ..metrics.suite import SCALAR_LABELS, resolve_options
 from ..foundation.provenance import machine, software_versions
 from .figures import (
@@ -52,9 +54,15 @@ def compute_outcome(job: EvaluationJob, metric_fn: Callable[..., dict], options:
     )
     out = {**job.sampled, **out}
     result = {k: float(out[k]) for k in SCALAR_LABELS if k in out}
+    ood = None
+    if job.heldout is not None:
+        ood = heldout_section(job, metric_fn, resolve_options(options, job.model))
+        # the in-distribution readouts are in-distribution metrics; the rest is logged as ood_<key>
+        result.update({f"r2_{kind}": ood["readout"][kind]["in"]["mean"] for kind in ood["readout"]})
+        result.update({f"ood_{k}": float(v) for k, v in ood.items() if isinstance(v, float)})
     result["eval_seconds"] = job.encode_seconds + time.perf_counter() - start
     if job.write:
-        artifacts = write_outputs(job, result, out, settings)
+        artifacts = write_outputs(job, result, out, settings, ood)
     elif job.figures_dir is not None:  # a periodic evaluation's figures, for the loggers that take images
         job.figures_dir.mkdir(parents=True, exist_ok=True)
         artifacts = draw_figures(job, out, job.figures_dir)
@@ -63,12 +71,35 @@ def compute_outcome(job: EvaluationJob, metric_fn: Callable[..., dict], options:
     return EvaluationOutcome(job.step, job.final, result, artifacts)
 
 
-def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputSettings) -> dict[str, Path]:
-    """``metrics.json`` (the scalars, the run's facts and the arrays behind the scalars), ``latents.npz`` when
-    asked, and the figures; returns {name: path}."""
+def heldout_section(job: EvaluationJob, metric_fn: Callable[..., dict], options: Mapping[str, Mapping]) -> dict:
+    """metrics.json's ``ood`` section for a ``data.split`` run (:mod:`disentangle.metrics.ood`): the held-out set's
+    reconstruction (PSNR, MSE) and array metrics (the run's final ones, e.g. InfoMEC and DCI), and the linear and
+    MLP readouts' R², fitted on the in-distribution rows of the evaluation subset, in and out of distribution.
+    Scalars are floats; the section also says which set it scored (the split, the sizes, a hash of the held-out
+    indices)."""
+    held = job.heldout
+    scores = metric_fn(held["latents"], held["factors"], discrete_latents=job.model.discrete, metrics=job.metrics,
+                       options=options, psnr=held["psnr"], mse=held["mse"])
+    section: dict = {"split": job.split, "n_samples": len(held["latents"]), "n_heldout": held["n_heldout"],
+                     "n_inside": int(held["inside"].sum()),
+                     "indices_sha256": hashlib.sha256(np.ascontiguousarray(held["dataset_index"], dtype=np.int64)
+                                                      .tobytes()).hexdigest()}
+    section.update({k: float(scores[k]) for k in SCALAR_LABELS if k in scores})
+    inside = held["inside"]
+    readout = readout_scores(job.latents[inside], job.factors[inside], held["latents"], held["factors"],
+                             job.factor_sizes)
+    section.update({f"r2_{kind}": float(sides["out"]["mean"]) for kind, sides in readout.items()})
+    section["readout"] = readout
+    return section
+
+
+def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputSettings,
+                  ood: dict | None = None) -> dict[str, Path]:
+    """``metrics.json`` (the scalars, the run's facts, the arrays behind the scalars and, for a ``data.split`` run,
+    the ``ood`` section), ``latents.npz`` when asked, and the figures; returns {name: path}."""
     output_dir = settings.output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
-    record = dict(result)
+    record = {k: v for k, v in result.items() if not k.startswith("ood_")}  # those live in the ood section
     record.update(
         step=job.step, method=job.method, data=job.data, n_samples=len(job.latents),
         discrete_latents=job.model.discrete, factor_names=list(job.factor_names),
@@ -85,6 +116,8 @@ def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputS
     for key, value in out.items():  # the arrays behind the scalars: NMI, active mask, importances, ...
         if key not in SCALAR_LABELS and isinstance(value, np.ndarray):
             record[key] = value.round(4).tolist() if value.dtype.kind == "f" else value.tolist()
+    if ood is not None:
+        record["ood"] = ood
     path = output_dir / "metrics.json"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=2))
@@ -94,6 +127,9 @@ def write_outputs(job: EvaluationJob, result: dict, out: dict, settings: OutputS
         artifacts["latents"] = output_dir / "latents.npz"
         arrays = {"latents": job.latents, "factors": job.factors}
         arrays.update({k: v for k, v in (("psnr", job.psnr), ("mse", job.mse)) if v is not None})
+        if job.heldout is not None:
+            arrays.update({f"ood_{k}": job.heldout[k] for k in ("latents", "factors", "psnr", "mse", "dataset_index")
+                           if job.heldout.get(k) is not None})
         np.savez(artifacts["latents"], **arrays)
     if settings.figures:
         artifacts.update(draw_figures(job, out, output_dir))
@@ -117,6 +153,10 @@ def draw_figures(job: EvaluationJob, out: Mapping, output_dir: Path) -> dict[str
                                                        start=job.intervention_start)
     if job.reconstructions is not None:
         artifacts["reconstructions"] = reconstruction_grid(*job.reconstructions, output_dir / "reconstructions.png")
+    if job.heldout is not None and job.heldout.get("reconstructions") is not None:
+        artifacts["reconstructions_heldout"] = reconstruction_grid(
+            *job.heldout["reconstructions"], output_dir / "reconstructions_heldout.png",
+            title=f"held-out combinations ({job.split} split): reconstructions")
     if job.latents.shape[1] == 2 or "rotation" in out:
         artifacts["latent_scatter"] = _latent_scatter(job, out, output_dir / "latent_scatter.png")
     if "mcc_matching" in out:

@@ -355,7 +355,7 @@ def aggregate_across_data(groups: Sequence[Group]) -> tuple[list[Group], list[st
 
 
 # lower is better for these (bolding, selection); every other metric is higher-is-better
-LOWER_IS_BETTER = frozenset({"mse", "rotation", "delta_st", "delta_st_loss", "delta_st_elbo"})
+LOWER_IS_BETTER = frozenset({"mse", "ood_mse", "rotation", "delta_st", "delta_st_loss", "delta_st_elbo"})
 
 
 def higher_is_better(metric: str) -> bool:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 # metrics.json entries that are numbers but not results
-NOT_METRICS = frozenset({"step", "n_samples", "eval_seconds", "wall_seconds", "batches", "delta_st_settings"})
+NOT_METRICS = frozenset({"step", "n_samples", "eval_seconds", "wall_seconds", "batches", "delta_st_settings",
+                         "n_heldout", "n_inside"})
 # every evaluation of a run, one JSON object a line (disentangle.callbacks.outputs.HISTORY_FILE; not imported: torch)
 HISTORY_FILE = "metrics_history.jsonl"
 _SKIP_DIRS = frozenset({".hydra", "wandb", "csv", "checkpoints", "__pycache__", ".git"})
@@ -233,9 +234,13 @@ def read_history(path: Path) -> tuple[list[Evaluation] | None, str]:
 
 
 def scalar_metrics(record: dict) -> dict[str, float]:
-    """The finite numeric results of a ``metrics.json`` (booleans, bookkeeping numbers and arrays left out)."""
+    """The finite numeric results of a ``metrics.json`` (booleans, bookkeeping numbers and arrays left out); the
+    ``ood`` section's as ``ood_<key>``."""
     out = {}
     for key, value in record.items():
+        if key == "ood" and isinstance(value, dict):  # a data.split run's held-out scores, as ood_<metric>
+            out.update({f"ood_{k}": v for k, v in scalar_metrics(value).items()})
+            continue
         if key in NOT_METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if math.isfinite(float(value)):

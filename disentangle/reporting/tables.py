@@ -21,12 +21,21 @@ from .compare import Comparison, Published
 from .runs import Run
 
 # the metric labels of disentangle.metrics.suite.SCALAR_LABELS (not imported here: that module pulls in torch)
-LABELS = {
+_IN_LABELS = {
     "infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I", "dci_c": "C",
     "mig": "MIG", "sap": "SAP", "modularity": "Mod", "explicitness": "Expl", "mcc": "MCC", "rotation": "Rot (deg)",
     "factorvae": "FactorVAE", "betavae": "BetaVAE", "psnr": "PSNR (dB)", "mse": "MSE",
+    "r2_linear": "R² lin", "r2_mlp": "R² MLP",
     "delta_st": "Δ_ST", "delta_st_loss": "Δ_ST (loss)", "delta_st_elbo": "Δ_ST (ELBO)",
 }
+# a data.split run's held-out scores (metrics.json's ood section) sit right after their in-distribution column
+_OUT_OF_DISTRIBUTION = ("infom", "infoe", "infoc", "dci_d", "dci_i", "dci_c", "mig", "sap", "modularity",
+                        "explicitness", "mcc", "psnr", "mse", "r2_linear", "r2_mlp")
+LABELS = {}
+for _key, _label in _IN_LABELS.items():
+    LABELS[_key] = _label
+    if _key in _OUT_OF_DISTRIBUTION:
+        LABELS[f"ood_{_key}"] = f"{_label} (out)"
 METRIC_ORDER = tuple(LABELS)
 STAT_TITLES = {
     "ci95": "mean ± 95% confidence interval (Student's t) over seeds",
