@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metrics.ood import readout_scores
-from ..metrics.suite import SCALAR_LABELS, resolve_options
 from ..foundation.provenance import machine, software_versions
+from ..metrics.ood import MIN_READOUT_ROWS, readout_scores
+from ..metrics.suite import SCALAR_LABELS, resolve_options
 from .figures import (
     dci_importance_heatmap,
     factor_recovery_scatter,
@@ -58,7 +58,7 @@ def compute_outcome(job: EvaluationJob, metric_fn: Callable[..., dict], options:
     if job.heldout is not None:
         ood = heldout_section(job, metric_fn, resolve_options(options, job.model))
         # the in-distribution readouts are in-distribution metrics; the rest is logged as ood_<key>
-        result.update({f"r2_{kind}": ood["readout"][kind]["in"]["mean"] for kind in ood["readout"]})
+        result.update({f"r2_{kind}": sides["in"]["mean"] for kind, sides in (ood["readout"] or {}).items()})
         result.update({f"ood_{k}": float(v) for k, v in ood.items() if isinstance(v, float)})
     result["eval_seconds"] = job.encode_seconds + time.perf_counter() - start
     if job.write:
@@ -86,6 +86,12 @@ def heldout_section(job: EvaluationJob, metric_fn: Callable[..., dict], options:
                                                       .tobytes()).hexdigest()}
     section.update({k: float(scores[k]) for k in SCALAR_LABELS if k in scores})
     inside = held["inside"]
+    if inside.sum() < MIN_READOUT_ROWS:  # too few to fit and score a readout: said, not failed
+        section["readout"] = None
+        section["readout_skipped"] = (f"only {int(inside.sum())} of the {len(inside)} evaluation rows are "
+                                      f"in-distribution (a readout needs {MIN_READOUT_ROWS}); raise "
+                                      f"callbacks.evaluation.n_samples")
+        return section
     readout = readout_scores(job.latents[inside], job.factors[inside], held["latents"], held["factors"],
                              job.factor_sizes)
     section.update({f"r2_{kind}": float(sides["out"]["mean"]) for kind, sides in readout.items()})

@@ -73,11 +73,13 @@ MONTERO: dict[str, dict[str, dict[str, list[int]]]] = {
 }
 
 
-def _varying(names: Sequence[str], keep: Sequence[str]) -> list[int]:
+def _varying(names: Sequence[str], keep: Sequence[str], sizes: Sequence[int]) -> list[int]:
+    """The factors a split may hold values of out: not kept, and with more than one class (holding out a constant
+    factor's only value would hold out everything)."""
     unknown = sorted(set(keep) - set(names))
     if unknown:
         raise ValueError(f"data.split_keep names {unknown}, which are not factors; choose from {list(names)}")
-    return [i for i, name in enumerate(names) if name not in set(keep)]
+    return [i for i, name in enumerate(names) if name not in set(keep) and int(sizes[i]) > 1]
 
 
 def montero_split(dataset: str, split: str) -> dict[str, list[int]]:
@@ -111,9 +113,9 @@ def heldout_mask(factors: np.ndarray, sizes: Sequence[int], names: Sequence[str]
         return held
     if not 0 < float(ratio) < 1:
         raise ValueError(f"data.split_ratio must be in (0, 1) (got {ratio})")
-    varying = _varying(names, keep)
+    varying = _varying(names, keep, sizes)
     if not varying:
-        raise ValueError(f"data.split={split} holds nothing out: data.split_keep keeps every factor")
+        raise ValueError(f"data.split={split} holds nothing out: data.split_keep keeps every factor that varies")
     r = float(ratio)
     if split == "composition":
         q = 1 - (1 - (1 - r) ** len(varying)) ** (1 / len(varying))

@@ -18,9 +18,10 @@ import numpy as np
 
 from .readout import READOUTS, readout_r2
 
-__all__ = ["IN_FRACTION", "readout_scores"]
+__all__ = ["IN_FRACTION", "MIN_READOUT_ROWS", "readout_scores"]
 
 IN_FRACTION = 0.8  # the share of in-distribution rows the ``in`` readout is fitted on
+MIN_READOUT_ROWS = 10  # in-distribution rows below which no readout is fitted
 
 
 def _score(fit_z, fit_y, test_z, test_y, sizes: np.ndarray, kind: str, seed: int) -> dict:
@@ -41,13 +42,13 @@ def readout_scores(in_latents: np.ndarray, in_factors: np.ndarray, out_latents: 
     sizes = np.asarray([int(s) for s in factor_sizes])
     in_latents, out_latents = np.asarray(in_latents), np.asarray(out_latents)
     in_factors, out_factors = np.asarray(in_factors), np.asarray(out_factors)
-    if len(in_latents) < 10 or len(out_latents) < 2:
-        raise ValueError(f"readout: needs at least 10 in-distribution and 2 held-out rows (got {len(in_latents)} "
+    if len(in_latents) < MIN_READOUT_ROWS or len(out_latents) < 2:
+        raise ValueError(f"readout: needs at least {MIN_READOUT_ROWS} in-distribution and 2 held-out rows (got {len(in_latents)} "
                          f"and {len(out_latents)})")
     if not (sizes >= 2).any():
         raise ValueError(f"readout: no factor has two classes or more (factor sizes {sizes.tolist()})")
     order = np.random.default_rng(seed).permutation(len(in_latents))
-    cut = int(round(IN_FRACTION * len(order)))
+    cut = round(IN_FRACTION * len(order))
     fit, test = order[:cut], order[cut:]
     out = {}
     for kind in kinds:
