@@ -284,6 +284,23 @@ def test_a_recombination_split_off_their_datasets_is_one_line_before_the_imports
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    (["data=shapes2d", "data.correlation=[{factors: [floor_hue, colour], sigma: 0.1}]"],
+     "data.correlation[0].factors must be two different factors of ['floor_hue'"),
+    (["data=shapes3d", "data.correlation=[{factors: [floor_hue, wall_hue], sigma: -1}]"],
+     "data.correlation[0].sigma must be > 0"),
+    (["data=causalchamber", "data.split=composition", "data.split_ratio=0.15"], "trains on nothing"),
+    (["data=shapes2d", "data.split=extrapolation", "data.split_keep=[hue]"], "data.split_keep names ['hue']"),
+])
+def test_a_bad_correlation_or_split_is_one_line_before_the_imports(overrides, message):
+    from disentangle.runtime.preflight import check_training_config
+
+    cfg = compose_config(["model=ae", *overrides])
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        check_training_config(cfg)
+    assert "\n" not in str(info.value)
+
+
 # -- scores out of distribution ------------------------------------------------------------------------------------
 def test_a_split_run_scores_its_held_out_set_and_a_random_run_has_none(tmp_path):
     from disentangle.callbacks.gather import heldout_subset

@@ -11,9 +11,11 @@ from .statistics import normalise
 
 PAPER_TITLES = {"qlae": "QLAE (Hsu et al. 2023)", "tripod": "Tripod (Hsu et al. 2024)",
                 "factorqvae": "FactorQVAE (Baykal et al.)", "friede": "Friede et al. 2023",
-                "cliff": "Cliff (Barin-Pacela et al. 2025)"}
+                "cliff": "Cliff (Barin-Pacela et al. 2025)",
+                "ours": "This project's own findings (correlated factors, held-out combinations; no paper claims these)"}
 METRIC_LABELS = {"infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I", "dci_c": "C",
-                 "mig": "MIG", "mcc": "MCC", "psnr": "PSNR"}
+                 "mig": "MIG", "mcc": "MCC", "psnr": "PSNR", "ood_psnr": "PSNR (out)",
+                 "ood_r2_linear": "R² lin (out)", "ood_r2_mlp": "R² MLP (out)"}
 VERDICT_COLOURS = {"holds": "green", "inconclusive": "yellow", "contradicted": "red", "incomplete": "grey"}
 LEANS = {"positive": "leans the paper's way", "negative": "leans against", "none": "no lean"}
 

@@ -50,7 +50,11 @@ def train_command(spec: RunSpec, seed: int, path: Path, extra: Sequence[str] = (
 
 
 def _read(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """A run's ``metrics.json``, with its ``ood`` section's numbers also as ``ood_<key>`` (what a claim names)."""
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    if isinstance(record.get("ood"), dict):
+        record.update({f"ood_{k}": v for k, v in record["ood"].items() if isinstance(v, (int, float))})
+    return record
 
 
 def train_run(out: Path, spec: RunSpec, seed: int, extra: Sequence[str] = (), threads: int | None = None

@@ -39,6 +39,7 @@ def check_training_config(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.max_steps must be >= 1 (got {steps})")
     _check_precision(cfg)
     _check_split(cfg)
+    _check_constraints(cfg)
     _check_dataset(cfg)
 
 
@@ -78,6 +79,33 @@ def _check_split(cfg: DictConfig) -> None:
         heldout_mask(np.zeros((1, len(names)), dtype=np.int64), sizes, names, split, 0.0, (),
                      dataset=str(_value(cfg, "data.name")))
     except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_constraints(cfg: DictConfig) -> None:
+    """``data.correlation`` names two factors of the dataset with a positive sigma; a Schott et al. split holds
+    something out and trains on something (checked on the full grid of the configured factor sizes)."""
+    names, sizes = _value(cfg, "data.factor_names"), _value(cfg, "data.factor_sizes")
+    if not (isinstance(names, list) and isinstance(sizes, list) and len(names) == len(sizes)):
+        return  # the dataset's own metadata decides, when it is built
+    import math
+
+    import numpy as np
+
+    from ..data.constraints import heldout_mask, parse_correlation  # numpy only
+
+    split, correlation = _value(cfg, "data.split"), _value(cfg, "data.correlation")
+    try:
+        if correlation:
+            parse_correlation(correlation, names)
+        if split in ("composition", "interpolation", "extrapolation") and math.prod(sizes) <= 5_000_000:
+            grid = np.stack(np.meshgrid(*[np.arange(int(n)) for n in sizes], indexing="ij"), -1).reshape(-1, len(sizes))
+            keep = _value(cfg, "data.split_keep") or []
+            held = heldout_mask(grid, sizes, names, split, float(_value(cfg, "data.split_ratio", 0.15)), list(keep))
+            if held.all():
+                raise ValueError(f"data.split={split} holds out every combination of data={_value(cfg, 'data.name')}"
+                                 f"; lower data.split_ratio")
+    except (ValueError, TypeError) as exc:
         raise ConfigError(str(exc)) from None
 
 
