@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # the raw fixtures (tests/raw_fixtures.py) are reduced grids in the official formats, not the published files: convert
 # them without checking them against sources.yaml (tests/test_download.py turns the check back on where it is tested)
 os.environ["DISENTANGLE_UNVERIFIED_RAW"] = "1"
+# headless figures, as the documented commands run them (tests/test_doc_commands.py): matplotlib reads this while
+# importing, so the preloaded interpreter of tests/forked_cli.py and the commands it forks must agree on it
+os.environ.setdefault("MPLBACKEND", "Agg")
 # a test stopped by the global timeout (pyproject: [tool.pytest.ini_options] timeout) leaves no process behind
 pytest_plugins = ["process_cleanup"]
 CONF = ROOT / "conf"

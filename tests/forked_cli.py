@@ -13,8 +13,9 @@ DDP ranks, launchers and DataLoader workers as a fresh interpreter would.
 What a fork cannot reproduce is interpreter start-up itself: environment variables read while importing (a
 ``PYTHONPATH``, a thread count, torch's inductor settings) and warnings printed by imports. :func:`run` and
 :func:`start` therefore fork only when the caller adds nothing to the environment, and the tests whose subject is
-start-up (refusals before the imports, no warnings, moved modules, the documented commands, the wheel) start fresh
-interpreters themselves. ``DISENTANGLE_TEST_FORK=0`` turns forking off for a whole run.
+start-up (refusals before the imports, no warnings, moved modules, the wheel) start fresh interpreters themselves.
+A documented command (``tests/test_doc_commands.py``) that is a plain ``python -m disentangle.X ...`` line is forked
+with its page's environment, which differs only in variables read at run time (:func:`import_safe`). ``DISENTANGLE_TEST_FORK=0`` turns forking off for a whole run.
 """
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ("torch", "torch._dynamo", "torch._inductor.config", "torch.distributed", "torchmetrics", "scipy.signal",
            "scipy.stats", "sklearn.linear_model", "sklearn.ensemble", "matplotlib", "hydra", "omegaconf", "hydra.utils")
 ENABLED = os.environ.get("DISENTANGLE_TEST_FORK", "1") != "0"
+# variables read when used, never while importing: a child may have them differ from the preloaded interpreter's
+# (the venv first on PATH, W&B offline, pytest's and Hydra's own left out)
+RUNTIME_VARIABLES = frozenset({"PATH", "WANDB_MODE"})
+RUNTIME_PREFIXES = ("PYTEST_", "HYDRA_")
 
 
 # ----------------------------------------------------------------------------------------------------- the server
@@ -177,9 +182,11 @@ class _Server:
             elif left <= 0:
                 return None
 
-    def start(self, module: str, argv: list[str], cwd: Path, stdout: str, stderr: str) -> int:
+    def start(self, module: str, argv: list[str], cwd: Path, stdout: str, stderr: str,
+              environ: dict | None = None) -> int:
         proc = self._ensure()
-        request = {"module": module, "argv": list(argv), "cwd": str(cwd), "env": dict(os.environ),
+        request = {"module": module, "argv": list(argv), "cwd": str(cwd),
+                   "env": dict(os.environ if environ is None else environ),
                    "stdout": stdout, "stderr": stderr}
         proc.stdin.write((json.dumps(request) + "\n").encode())
         proc.stdin.flush()
@@ -214,14 +221,16 @@ class ForkedProcess:
     """What the tests use of :class:`subprocess.Popen` (pid, poll, wait, send_signal, kill, returncode, and stderr
     as a readable file), for a command forked from the preloaded interpreter."""
 
-    def __init__(self, module: str, argv: list[str], cwd: Path = ROOT, capture_stdout: bool = True) -> None:
+    def __init__(self, module: str, argv: list[str], cwd: Path = ROOT, capture_stdout: bool = True,
+                 environ: dict | None = None) -> None:
         self.args = [sys.executable, "-m", module, *argv]
         folder = _SERVER.files()
         self._out = folder / "stdout"
         self._err = folder / "stderr"
         self._out.touch()
         self._err.touch()
-        self.pid = _SERVER.start(module, argv, cwd, str(self._out) if capture_stdout else os.devnull, str(self._err))
+        self.pid = _SERVER.start(module, argv, cwd, str(self._out) if capture_stdout else os.devnull, str(self._err),
+                                 environ)
         self.returncode: int | None = None
         self.stderr = open(self._err, encoding="utf-8", errors="replace")   # noqa: SIM115 (closed in output())
 
@@ -258,15 +267,24 @@ class ForkedProcess:
         return out, err
 
 
-def run(module: str, *argv: str, cwd: Path = ROOT, env: dict | None = None,
-        timeout: float = 600) -> subprocess.CompletedProcess:
+def import_safe(environ: dict) -> bool:
+    """True when ``environ`` differs from this process's environment only in :data:`RUNTIME_VARIABLES` and in
+    pytest's and Hydra's variables: a child forked with it behaves as a fresh interpreter started with it."""
+    keys = set(environ) | set(os.environ)
+    return all(environ.get(k) == os.environ.get(k) for k in keys
+               if k not in RUNTIME_VARIABLES and not k.startswith(RUNTIME_PREFIXES))
+
+
+def run(module: str, *argv: str, cwd: Path = ROOT, env: dict | None = None, timeout: float = 600,
+        environ: dict | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run([python, -m, MODULE, *ARGV], capture_output=True, text=True)``, forked when ``env`` adds
-    nothing (module doc), a fresh interpreter otherwise."""
-    if env or not ENABLED:
-        full_env = {**os.environ, **(env or {})}
+    nothing (module doc), a fresh interpreter otherwise. ``environ`` replaces the whole environment instead; it is
+    forked when :func:`import_safe`."""
+    if env or not ENABLED or (environ is not None and not import_safe(environ)):
+        full_env = {**os.environ, **(env or {})} if environ is None else environ
         return subprocess.run([sys.executable, "-m", module, *argv], cwd=cwd, capture_output=True, text=True,
                               timeout=timeout, env=full_env, check=False)
-    proc = ForkedProcess(module, list(argv), cwd)
+    proc = ForkedProcess(module, list(argv), cwd, environ=environ)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,6 +158,9 @@ def test_a_documented_command_runs_as_printed(block, tmp_path):
         if command.startswith("make ") or command == "make":
             args = ["make", "-n", "-C", str(ROOT), *shlex.split(command)[1:]]
             proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60, check=False)
+        elif _package_module(command):  # python -m disentangle.X ...: forked from a preloaded interpreter
+            words = shlex.split(command)
+            proc = forked_cli.run(words[2], *words[3:], cwd=tmp_path, environ=env, timeout=TIMEOUT)
         else:
             proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, env=env,
                                   timeout=TIMEOUT, check=False)
@@ -165,6 +169,19 @@ def test_a_documented_command_runs_as_printed(block, tmp_path):
         assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, output
         if _trains(command):  # a finished run prints its metric table (the extending guide's once did not)
             assert "final evaluation" in proc.stdout, f"no summary table\n{output}"
+
+
+def _package_module(command: str) -> bool:
+    """A plain ``python -m disentangle.X ARGS`` line: no shell syntax (pipes, redirections, variables, globs, an
+    environment prefix), so running it without bash is running it as printed."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return False
+    plain = not any(set(t) <= set("();<>|&") for t in tokens) and not re.search(r"[$`*?~]|\\", command)
+    return plain and tokens[:2] == ["python", "-m"] and len(tokens) > 2 and tokens[2].startswith("disentangle")
 
 
 def _trains(command: str) -> bool:
@@ -253,4 +270,9 @@ def test_the_parser_reads_continuations_comments_and_markers(tmp_path):
     assert not _trains("python -m disentangle.train -cd sweeps -cn x --cfg job")
     assert not _trains("python -m disentangle.train -m model=ae,qlae")
     assert not _trains("python -m disentangle.train model=ae dry_run=true")
+    assert _package_module("python -m disentangle.train model=ae 'data.correlation=[{factors: [a, b], sigma: 0.1}]'")
+    for shell in ("python -m disentangle.report x | head", "PYTHONPATH=. python -m disentangle.train",
+                  "python -m disentangle.train > log", "python -m disentangle.report $DIR", "make demo",
+                  "python -c 'import disentangle'", "python -m disentangle.report outputs/*"):
+        assert not _package_module(shell), shell
 
