@@ -142,6 +142,39 @@ def test_a_claims_file_with_the_old_verdicts_still_reads():
     assert "**inconclusive (leans against)**" in markdown([old]) and "reversed" not in markdown([old])
 
 
+def test_render_redraws_the_tables_from_stored_per_seed_values(tmp_path, capsys):
+    """--render: results.json's per-seed differences give the interval, the verdict and the Holm p-values again
+    (a stored summary that disagrees with its values is not trusted); an older claims.json list renders as it is."""
+    from disentangle.claims.command import main
+    from disentangle.claims.report import RESULTS_FORMAT, results_record
+
+    def row(name, diffs, **extra):
+        return {"name": name, "paper": "qlae", "metric": "infom", "table": "1", "better": "A", "worse": "B",
+                "lower_is_better": False, "better_mean": 0.5, "worse_mean": 0.4, "n_seeds": len(diffs),
+                "verdict": "holds", "diff_mean": 9.0, "ci_low": 8.0, "ci_high": 10.0, "wall_s": 60.0,
+                "published_better": 0.7, "published_worse": 0.6, "differences": diffs, "confidence": 0.95, **extra}
+
+    record = results_record([row("up", [0.1, 0.12, 0.09, 0.11, 0.1]), row("flat", [0.1, -0.1, 0.05, -0.05, 0.0])],
+                            {"qlae": {"elapsed_s": 600}}, {"seeds": [0, 1, 2, 3, 4]})
+    assert record["format"] == RESULTS_FORMAT and record["machine"]["cpu_count"] >= 1 and "torch" in record["versions"]
+    (tmp_path / "results.json").write_text(json.dumps(record))
+    assert main(["--render", str(tmp_path / "results.json"), "--out", str(tmp_path / "page")]) == 0
+    md = (tmp_path / "page" / "claims.md").read_text()
+    diffs = [0.1, 0.12, 0.09, 0.11, 0.1]
+    low, high = stats.t.interval(0.95, 4, loc=statistics.mean(diffs), scale=stats.sem(diffs))
+    assert f"{statistics.mean(diffs):.3f} [{low:.3f}, {high:.3f}]" in md
+    assert "| **holds** |" in md and "**inconclusive (no lean)**" in md and "9.000" not in md
+    assert (tmp_path / "page" / "claims.png").is_file() and "— 10 min" in md
+    old = [{k: v for k, v in row("legacy", []).items() if k != "differences"} | {"verdict": "reversed",
+                                                                                   "diff_mean": -0.003}]
+    (tmp_path / "claims.json").write_text(json.dumps(old))
+    assert main(["--render", str(tmp_path / "claims.json"), "--out", str(tmp_path / "old")]) == 0
+    assert "**inconclusive (leans against)**" in (tmp_path / "old" / "claims.md").read_text()
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["--render", str(tmp_path / "bad.json"), "--out", str(tmp_path / "bad")]) == 2
+    assert "expected results.json" in capsys.readouterr().err
+
+
 def _results(claim, values: dict, **metrics):
     """RunResults for ``claim``'s runs: values[label] = per-seed metric values."""
     out = {}

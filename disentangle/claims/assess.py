@@ -72,12 +72,19 @@ def assess(claim: Claim, results: dict, seeds, confidence: float = 0.95) -> dict
         "runs": sorted(runs), "why": claim.why, "notes": notes,
         "errors": sorted({r.error for r in mine if r.error}),
     }
+    return with_interval(out, confidence)
+
+
+def with_interval(row: dict, confidence: float = 0.95) -> dict:
+    """``row`` with its interval, verdict, lean, p-value and effect size computed from its per-seed ``differences``
+    (what :func:`assess` does after collecting them, and what ``--render`` redoes from stored results)."""
+    diffs = row.get("differences") or []
     if diffs:
         interval = paired_interval(diffs, confidence)
-        out.update(diff_mean=interval.mean, ci_low=interval.low, ci_high=interval.high, verdict=verdict(interval),
+        row.update(diff_mean=interval.mean, ci_low=interval.low, ci_high=interval.high, verdict=verdict(interval),
                    lean=lean(interval), p_value=None if math.isnan(interval.p) else interval.p,
-                   effect_sd=effect_in_sd(interval))
-    return out
+                   effect_sd=effect_in_sd(interval), confidence=confidence)
+    return row
 
 
 def adjust_within_papers(rows: list[dict]) -> list[dict]:

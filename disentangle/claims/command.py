@@ -4,8 +4,10 @@ paper's headline comparisons at laptop scale over several seeds, each with a pai
 
 NAME is a claim's name or a paper's (qlae, tripod, factorqvae, friede, cliff: all of its claims); none = all.
 Runs are shared between claims, reused when finished and resumed when interrupted (OUT/runs/...). Writes
-OUT/claims.json, OUT/claims.md, OUT/claims.png and OUT/timing.json; with ``--eval-samples N`` the finished runs are
-re-evaluated on N samples first and those files go to OUT/evalN/.
+OUT/claims.json, OUT/results.json (the rows with the commit, the machine and the settings), OUT/claims.md,
+OUT/claims.png and OUT/timing.json; with ``--eval-samples N`` the finished runs are re-evaluated on N samples first
+and those files go to OUT/evalN/. ``--render RESULTS --out DIR`` writes DIR/claims.md and DIR/claims.png from a
+stored results.json without training.
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "papers' size) and assess the claims on those; results in OUT/evalN/ (the runs' own "
                         "evaluation by default)")
     p.add_argument("--confidence", type=float, default=0.95, help="of the paired t interval (default 0.95)")
+    p.add_argument("--render", type=Path, default=None, metavar="RESULTS",
+                   help="write OUT/claims.md and OUT/claims.png from a stored results.json (or claims.json) without "
+                        "training; the intervals and verdicts are recomputed from its per-seed values")
     return p.parse_args(argv)
 
 
@@ -110,6 +115,13 @@ def run(args) -> int:
 
     if args.diff is not None:
         return print_diff(args.diff)
+    if args.render is not None:
+        from .report import load_results, render
+
+        rows, timing = load_results(args.render)
+        paths = render(rows, args.out, timing)
+        print("written: " + ", ".join(str(p) for p in paths.values()))
+        return 0
     claims = select_claims(load_claims(), args.names)
     seeds = parse_seeds(args.seeds)
     if args.jobs < 1:
@@ -157,7 +169,9 @@ def run(args) -> int:
     # Holm within each paper over the claims assessed in this call (all of a paper's by default)
     rows = adjust_within_papers([assess(c, results, seeds, args.confidence) for c in claims])
     print_table(rows)
-    paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing)
+    settings = {"seeds": seeds, "jobs": args.jobs, "confidence": args.confidence, "overrides": list(args.override),
+                "eval_samples": args.eval_samples, "names": list(args.names)}
+    paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing, settings)
     print("written: " + ", ".join(str(p) for p in paths.values()))
     return 1 if any(r["verdict"] == "incomplete" for r in rows) else 0
 

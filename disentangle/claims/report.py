@@ -147,16 +147,65 @@ def figure(rows: list[dict], path: Path) -> Path | None:
     return path
 
 
-def write(rows: list[dict], out: Path, timing: dict | None = None) -> dict[str, Path]:
-    """claims.json (a list: one object per claim), timing.json (each paper's elapsed time), claims.md,
-    claims.png."""
+RESULTS_FORMAT = 1  # results.json's layout (a reader checks it)
+
+
+def results_record(rows: list[dict], timing: dict | None, settings: dict) -> dict:
+    """``results.json``: every claim's row (its per-seed values of both sides included) with what produced them: the
+    commit, the machine (CPU model, cores, instruction set), the software versions, the command's settings (seeds,
+    jobs, evaluation samples, overrides) and each paper's elapsed time. ``--render`` redraws the tables from it."""
+    from ..foundation.provenance import machine, software_versions
+
+    versions = software_versions()
+    return {"format": RESULTS_FORMAT, "commit": versions.get("git_commit"), "dirty": versions.get("git_dirty"),
+            "machine": machine(), "versions": versions, "settings": settings, "timing": timing or {},
+            "claims": _finite(rows)}
+
+
+def render(rows: list[dict], out: Path, timing: dict | None = None) -> dict[str, Path]:
+    """claims.md and claims.png in ``out`` from claim rows (no training)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "claims.json", "md": out / "claims.md", "timing": out / "timing.json"}
-    paths["json"].write_text(json.dumps(_finite(rows), indent=2, ensure_ascii=False))
-    paths["timing"].write_text(json.dumps(timing or {}, indent=2))
+    paths = {"md": out / "claims.md"}
     paths["md"].write_text(markdown(rows, timing))
     png = figure(rows, out / "claims.png")
     if png is not None:
         paths["png"] = png
     return paths
+
+
+def write(rows: list[dict], out: Path, timing: dict | None = None, settings: dict | None = None
+          ) -> dict[str, Path]:
+    """claims.json (a list: one object per claim), results.json (:func:`results_record`), timing.json (each paper's
+    elapsed time), claims.md, claims.png."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "claims.json", "results": out / "results.json", "timing": out / "timing.json"}
+    paths["json"].write_text(json.dumps(_finite(rows), indent=2, ensure_ascii=False))
+    paths["results"].write_text(json.dumps(results_record(rows, timing, settings or {}), indent=2,
+                                           ensure_ascii=False, default=str))
+    paths["timing"].write_text(json.dumps(timing or {}, indent=2))
+    paths.update(render(rows, out, timing))
+    return paths
+
+
+def load_results(path: Path) -> tuple[list[dict], dict]:
+    """The claim rows and timing of a ``results.json`` (or of an older ``claims.json`` list), their intervals,
+    verdicts and Holm p-values recomputed from the stored per-seed differences."""
+    from .assess import adjust_within_papers, with_interval
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--render {path}: not a readable results file ({' '.join(str(exc).split())})") from None
+    if isinstance(data, list):
+        rows, timing = data, {}
+    elif isinstance(data, dict) and isinstance(data.get("claims"), list):
+        if data.get("format", RESULTS_FORMAT) > RESULTS_FORMAT:
+            raise ValueError(f"--render {path}: results format {data['format']} is newer than this package reads "
+                             f"({RESULTS_FORMAT})")
+        rows, timing = data["claims"], data.get("timing") or {}
+    else:
+        raise ValueError(f"--render {path}: expected results.json (an object with 'claims') or claims.json (a list)")
+    rows = [with_interval(normalise(dict(r)), r.get("confidence") or 0.95) for r in rows]
+    return adjust_within_papers(rows), timing
