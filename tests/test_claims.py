@@ -175,6 +175,20 @@ def test_render_redraws_the_tables_from_stored_per_seed_values(tmp_path, capsys)
     assert "expected results.json" in capsys.readouterr().err
 
 
+def test_the_own_findings_on_the_claims_page_are_the_render_of_their_stored_results():
+    """docs/claims.md's own-findings table is the render of docs/claims/ours.json, which holds every own claim of the
+    catalogue with five seeds."""
+    from disentangle.claims.report import load_results, markdown
+
+    rows, timing = load_results(ROOT / "docs" / "claims" / "ours.json")
+    assert sorted(r["name"] for r in rows) == sorted(c.name for c in CLAIMS if c.paper == "ours")
+    assert all(r["n_seeds"] == 5 for r in rows)
+    page = (ROOT / "docs" / "claims.md").read_text()
+    start = page.index("<!-- own-findings table: the render of docs/claims/ours.json -->\n")
+    table = page[page.index("\n", start) + 1: page.index("<!-- end of the own-findings table -->")].strip()
+    assert table == markdown(rows, timing).strip().replace("### ", "#### ", 1)
+
+
 def _results(claim, values: dict, **metrics):
     """RunResults for ``claim``'s runs: values[label] = per-seed metric values."""
     out = {}

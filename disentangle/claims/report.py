@@ -12,7 +12,7 @@ from .statistics import normalise
 PAPER_TITLES = {"qlae": "QLAE (Hsu et al. 2023)", "tripod": "Tripod (Hsu et al. 2024)",
                 "factorqvae": "FactorQVAE (Baykal et al.)", "friede": "Friede et al. 2023",
                 "cliff": "Cliff (Barin-Pacela et al. 2025)",
-                "ours": "This project's own findings (correlated factors, held-out combinations; no paper claims these)"}
+                "ours": "Own findings: correlated factors, held-out combinations (no paper)"}
 METRIC_LABELS = {"infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I", "dci_c": "C",
                  "mig": "MIG", "mcc": "MCC", "psnr": "PSNR", "ood_psnr": "PSNR (out)",
                  "ood_r2_linear": "R² lin (out)", "ood_r2_mlp": "R² MLP (out)"}
@@ -24,7 +24,10 @@ def verdict_text(row: dict) -> str:
     """The verdict, and for an inconclusive claim the way it leans (a lean, not a verdict)."""
     row = normalise(row)
     if row["verdict"] == "inconclusive" and row.get("lean"):
-        return f"inconclusive ({LEANS.get(row['lean'], row['lean'])})"
+        lean = LEANS.get(row["lean"], row["lean"])
+        if row.get("paper") == "ours":  # no paper: the claim's own statement
+            lean = lean.replace("the paper's way", "the stated way")
+        return f"inconclusive ({lean})"
     return row["verdict"]
 
 
