@@ -232,6 +232,61 @@ def test_assess_paired_threshold_and_selection_claims():
     assert assess(paired, {}, [0])["verdict"] == "incomplete"
 
 
+def test_auto_seeds_go_on_only_while_a_claim_is_undecided_at_the_corrected_level():
+    """--seeds auto: seeds 0-4 for every claim; an undecided claim gets one more seed per round, up to 10, and stops
+    once decided; every look's interval is the Bonferroni level over the 6 looks and its p-value 6 x p."""
+    from disentangle.claims.sequential import LOOKS, look_confidence, sequential
+
+    by_name = {c.name: c for c in CLAIMS}
+    clear, close, null = by_name["qlae_above_ae_infom"], by_name["qlae_above_ae_d"], by_name["tripod_above_qlae_infom"]
+    # per-seed differences: clear is decided at 5; close after its 7th seed; null never
+    diffs = {clear.name: [0.3, 0.31, 0.29, 0.3, 0.32] + [0.3] * 5,
+             close.name: [0.05, 0.0, 0.1, -0.02, 0.08, 0.06, 0.07, 0.05, 0.06, 0.07],
+             null.name: [0.1, -0.1, 0.05, -0.05, 0.02, -0.02, 0.01, -0.01, 0.03, -0.03]}
+
+    def values(claim, seeds):
+        return _results(claim, {claim.better.label: [0.5 + diffs[claim.name][k] for k in seeds],
+                                claim.worse.label: [0.5] * len(seeds)})
+
+    def merged(seeds, keep=None):  # the two QLAE-vs-AE claims read two metrics of the same runs
+        out = {}
+        for claim in (clear, close, null):
+            for key, result in values(claim, seeds).items():
+                if keep is None or key in keep:
+                    out.setdefault(key, result).metrics.update(result.metrics)
+        return out
+
+    first = merged(range(5))
+    asked = []
+
+    def train(tasks):
+        asked.append(sorted((spec.key, seed) for spec, seed in tasks))
+        return merged(range(10), keep={(spec.key, seed) for spec, seed in tasks})
+
+    rows = {r["name"]: r for r in sequential([clear, close, null], first, 0.95, train, assess)}
+    level = look_confidence(0.95)
+    assert level == pytest.approx(1 - 0.05 / LOOKS) and LOOKS == 6
+    assert rows[clear.name]["seeds"] == [0, 1, 2, 3, 4] and rows[clear.name]["verdict"] == "holds"
+    assert rows[null.name]["seeds"] == list(range(10)) and rows[null.name]["verdict"] == "inconclusive"
+    n_close = len(rows[close.name]["seeds"])
+    assert 5 < n_close < 10 and rows[close.name]["verdict"] == "holds"
+    # it stopped at the first look whose corrected interval lies above 0, and not before
+    for n in range(5, n_close + 1):
+        low = paired_interval(diffs[close.name][:n], level).low
+        assert (low > 0) == (n == n_close)
+    interval = paired_interval(diffs[close.name][:n_close], level)
+    row = rows[close.name]
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(interval.low), pytest.approx(interval.high))
+    assert row["p_value"] == pytest.approx(min(1.0, LOOKS * interval.p))
+    assert row["sequential"]["looks"] == n_close - 4
+    # each round trained only the next seed of the undecided claims' runs, never a seed twice
+    flat = [task for round_ in asked for task in round_]
+    assert len(flat) == len(set(flat)) and len(asked) == 5
+    assert all(seed >= 5 for _, seed in flat) and not any(key.startswith(clear.setting.name + "/") and
+                                                          key not in {r.key for r in (*close.runs(), *null.runs())}
+                                                          for key, _ in flat)
+
+
 def test_lower_is_better_flips_the_difference():
     doc = {"settings": {"s": {"overrides": ["experiment=quickstart"]}},
            "claims": [{"name": "c", "paper": "qlae", "table": "1", "dataset": "aggregated", "setting": "s",

@@ -19,8 +19,11 @@ import time
 from pathlib import Path
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``0,1,2`` or ``0-4``."""
+def parse_seeds(text: str) -> list[int] | None:
+    """``0,1,2`` or ``0-4``; ``auto`` (None): seeds 0-4, then more where a claim is undecided
+    (:mod:`disentangle.claims.sequential`)."""
+    if text == "auto":
+        return None
     try:
         if "-" in text and "," not in text:
             lo, hi = (int(x) for x in text.split("-", 1))
@@ -37,7 +40,9 @@ def parse_seeds(text: str) -> list[int]:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m disentangle.claims", description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help="claims or papers (default: all)")
-    p.add_argument("--seeds", default="0,1,2,3,4", help="seeds, e.g. 0,1,2,3,4 (default) or 0-9")
+    p.add_argument("--seeds", default="0,1,2,3,4",
+                   help="seeds, e.g. 0,1,2,3,4 (default) or 0-9; auto: 0-4, then one more at a time, up to 10, for each "
+                        "claim still inconclusive, every look at a Bonferroni-corrected level (docs/claims.md)")
     p.add_argument("--out", type=Path, default=Path("outputs/claims"), help="runs and results (default outputs/claims)")
     p.add_argument("--list", action="store_true", help="print the claims and their estimated time, run nothing")
     p.add_argument("--diff", metavar="NAME", default=None,
@@ -124,6 +129,11 @@ def run(args) -> int:
         return 0
     claims = select_claims(load_claims(), args.names)
     seeds = parse_seeds(args.seeds)
+    auto = seeds is None
+    if auto:
+        from .sequential import FIRST_SEEDS
+
+        seeds = list(range(FIRST_SEEDS))
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1 (got {args.jobs})")
     if not 0 < args.confidence < 1:
@@ -166,10 +176,29 @@ def run(args) -> int:
     if args.eval_samples is not None:
         for result in tqdm(list(results.values()), desc=f"evaluating on {args.eval_samples} samples", unit="run"):
             evaluate_run(result, args.eval_samples)
+    if auto:  # more seeds where undecided, each look at the corrected level
+        from .sequential import sequential
+
+        def more(tasks):
+            new = train_all(out, tasks, args.jobs, args.override, on_done=lambda result: done(result))
+            for result in new.values():
+                if args.eval_samples is not None:
+                    evaluate_run(result, args.eval_samples)
+            return new
+
+        with tqdm(desc="claims: seeds beyond 5", unit="run") as bar:
+            def done(result):
+                bar.update(1)
+                bar.set_postfix_str(f"{result.spec.key} seed {result.seed}")
+
+            assessed = sequential(claims, results, args.confidence, more, assess)
+        seeds = sorted({s for r in assessed for s in r["seeds"]}) or seeds
+    else:
+        assessed = [assess(c, results, seeds, args.confidence) for c in claims]
     # Holm within each paper over the claims assessed in this call (all of a paper's by default)
-    rows = adjust_within_papers([assess(c, results, seeds, args.confidence) for c in claims])
+    rows = adjust_within_papers(assessed)
     print_table(rows)
-    settings = {"seeds": seeds, "jobs": args.jobs, "confidence": args.confidence, "overrides": list(args.override),
+    settings = {"seeds": "auto" if auto else seeds, "jobs": args.jobs, "confidence": args.confidence, "overrides": list(args.override),
                 "eval_samples": args.eval_samples, "names": list(args.names)}
     paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing, settings)
     print("written: " + ", ".join(str(p) for p in paths.values()))
