@@ -12,7 +12,7 @@ from .statistics import normalise
 PAPER_TITLES = {"qlae": "QLAE (Hsu et al. 2023)", "tripod": "Tripod (Hsu et al. 2024)",
                 "factorqvae": "FactorQVAE (Baykal et al.)", "friede": "Friede et al. 2023",
                 "cliff": "Cliff (Barin-Pacela et al. 2025)",
-                "ours": "Own findings: correlated factors, held-out combinations (no paper)"}
+                "ours": "Own findings (correlated factors, held-out combinations; no paper)"}
 METRIC_LABELS = {"infom": "InfoM", "infoe": "InfoE", "infoc": "InfoC", "dci_d": "D", "dci_i": "I", "dci_c": "C",
                  "mig": "MIG", "mcc": "MCC", "psnr": "PSNR", "ood_psnr": "PSNR (out)",
                  "ood_r2_linear": "R² lin (out)", "ood_r2_mlp": "R² MLP (out)"}
