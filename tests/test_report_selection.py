@@ -244,6 +244,7 @@ def test_every_sweep_files_rule_parses_and_names_its_papers_rule():
     assert options["infowgan_gp_weight_decay"] == {"select": "infom"}  # GANs: no reconstruction filter
     assert options["cliff_table3"] == {"stat": "se", "select": "dci_d", "select_by": "best-seed"}
     assert options["cliff_table2"] == options["cliff_synthetic"] == {"stat": "se"}
+    assert options["roth_correlations"] == {"select": "dci_d"} and "schott_splits" not in options
 
 
 def test_rule_lines_parse_like_the_command_line():
