@@ -179,27 +179,22 @@ def run(args) -> int:
     if auto:  # more seeds where undecided, each look at the corrected level
         from .sequential import sequential
 
-        def more(tasks):
-            new = train_all(out, tasks, args.jobs, args.override, on_done=lambda result: done(result))
-            for result in new.values():
-                if args.eval_samples is not None:
-                    evaluate_run(result, args.eval_samples)
-            return new
-
         with tqdm(desc="claims: seeds beyond 5", unit="run") as bar:
-            def done(result):
-                bar.update(1)
-                bar.set_postfix_str(f"{result.spec.key} seed {result.seed}")
+            def more(tasks):
+                new = train_all(out, tasks, args.jobs, args.override, on_done=lambda result: bar.update(1))
+                if args.eval_samples is not None:
+                    for result in new.values():
+                        evaluate_run(result, args.eval_samples)
+                return new
 
             assessed = sequential(claims, results, args.confidence, more, assess)
-        seeds = sorted({s for r in assessed for s in r["seeds"]}) or seeds
     else:
         assessed = [assess(c, results, seeds, args.confidence) for c in claims]
     # Holm within each paper over the claims assessed in this call (all of a paper's by default)
     rows = adjust_within_papers(assessed)
     print_table(rows)
-    settings = {"seeds": "auto" if auto else seeds, "jobs": args.jobs, "confidence": args.confidence, "overrides": list(args.override),
-                "eval_samples": args.eval_samples, "names": list(args.names)}
+    settings = {"seeds": "auto" if auto else seeds, "jobs": args.jobs, "confidence": args.confidence,
+                "overrides": list(args.override), "eval_samples": args.eval_samples, "names": list(args.names)}
     paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing, settings)
     print("written: " + ", ".join(str(p) for p in paths.values()))
     return 1 if any(r["verdict"] == "incomplete" for r in rows) else 0
