@@ -1,20 +1,19 @@
 """Shared test helpers: compose the real Hydra config in-process, with fast settings for CPU."""
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import shutil
-import sys
 from pathlib import Path
 
+import forked_cli  # tests/: the command lines forked from a preloaded interpreter
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 import disentangle.runtime.config  # noqa: F401  (resolvers)
-
-import forked_cli  # tests/: the command lines forked from a preloaded interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 # the raw fixtures (tests/raw_fixtures.py) are reduced grids in the official formats, not the published files: convert
@@ -127,3 +126,14 @@ def pytest_collection_modifyitems(config, items):
             if defs and defs[-1].scope == "module" and defs[-1].baseid.endswith(".py"):
                 item.add_marker(pytest.mark.xdist_group(defs[-1].baseid))
                 break
+
+
+def pytest_collection_finish(session):
+    """Each worker holds torch, Lightning and every collected test for its whole life: frozen after collection, the
+    garbage collector never scans them again, and with larger thresholds it runs less often amid the many small
+    objects Hydra's compositions make. Measured on test_training + test_constraints in one process: 8% less CPU
+    (324 -> 297 s), no test changed."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 100)
+

@@ -31,12 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# what the preloaded interpreter imports: the package's own launcher's list
+from disentangle.runtime.launch import PRELOAD
+
 ROOT = Path(__file__).resolve().parents[1]
-# the heavy imports below Lightning (9 of its 9.5 s), not Lightning itself nor the package: Lightning decides at import
-# whether its log records go to a handler of its own (when the root logger has none yet) or to the root logger that
-# Hydra has configured by the time the package imports Lightning in a real run, so it must be imported in the child
-PRELOAD = ("torch", "torch._dynamo", "torch._inductor.config", "torch.distributed", "torchmetrics", "scipy.signal",
-           "scipy.stats", "sklearn.linear_model", "sklearn.ensemble", "matplotlib", "hydra", "omegaconf", "hydra.utils")
 ENABLED = os.environ.get("DISENTANGLE_TEST_FORK", "1") != "0"
 # variables read when used, never while importing: a child may have them differ from the preloaded interpreter's
 # (the venv first on PATH, W&B offline, pytest's and Hydra's own left out)

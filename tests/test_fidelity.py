@@ -286,9 +286,14 @@ def test_bench_tf32_compares_like_with_like_and_needs_cuda():
     terms, grad = results["fp32"]
     assert set(terms) == {"reconstruction", "klm", "nhp"} and grad.abs().sum() > 0
     for name, (other_terms, other_grad) in results.items():
-        assert other_terms == pytest.approx(terms, rel=1e-6), name
-        # the penalty's finite differences amplify that round-off to ~4e-5 of the gradient; TF32 gives 1e-2 on a GPU
-        assert float((other_grad - grad).norm() / grad.norm()) < 1e-3, name
+        # the Hessian penalty is itself a finite difference: z's round-off reaches it amplified (7.9e-6 relative on
+        # an AVX-512 Xeon, where the plain terms agree to 1e-6)
+        assert {k: v for k, v in other_terms.items() if k != "nhp"} == pytest.approx(
+            {k: v for k, v in terms.items() if k != "nhp"}, rel=1e-6), name
+        assert other_terms["nhp"] == pytest.approx(terms["nhp"], rel=1e-4), name
+        # the penalty's finite differences amplify that round-off: 4e-5 of the gradient on an AMD EPYC (AVX2), 1.6e-3
+        # on an Intel Xeon with AVX-512 (deterministic, any thread count); TF32 gives 1e-2 on a GPU
+        assert float((other_grad - grad).norm() / grad.norm()) < 5e-3, name
     res = subprocess.run([sys.executable, "-m", "disentangle.bench", "tf32", "--device", "cpu"], capture_output=True,
                          text=True, timeout=120, check=False)
     assert res.returncode != 0 and "bench tf32 needs a CUDA device" in res.stderr

@@ -1,4 +1,5 @@
-"""Training the claims' runs: one ``python -m disentangle.train`` subprocess per configuration and seed, under
+"""Training the claims' runs: one ``python -m disentangle.train`` process per configuration and seed (forked from a
+preloaded interpreter: :mod:`disentangle.runtime.launch`), under
 ``OUT/runs/<setting>/<model>[-overrides]/seed<k>``. A finished run (its ``metrics.json``) is reused; an interrupted
 one resumes from its last checkpoint (``auto_resume=true``), so a killed command goes on where it stopped. Runs of
 one paper go side by side (``jobs``, each with cores/jobs threads), seed by seed, so an interrupted command already
@@ -7,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..runtime.launch import run_module
 from .catalog import Claim, RunSpec, merge_overrides
 
 RECORD = "claim_run.json"  # beside metrics.json: the run's command line and its accumulated wall time
@@ -40,13 +40,12 @@ def run_overrides(spec: RunSpec, seed: int, extra: Sequence[str] = ()) -> list[s
     return [*merge_overrides(spec.overrides, extra), f"seed={seed}"]
 
 
-def train_command(spec: RunSpec, seed: int, path: Path, extra: Sequence[str] = ()) -> list[str]:
-    """The run's command line; the compile cache is shared by all of OUT's runs, so that a compiled configuration
-    pays its compilation once (docs/compile.md)."""
+def train_argv(spec: RunSpec, seed: int, path: Path, extra: Sequence[str] = ()) -> list[str]:
+    """The run's arguments to ``python -m disentangle.train``; the compile cache is shared by all of OUT's runs, so
+    that a compiled configuration pays its compilation once (docs/compile.md)."""
     cache = Path(path).parents[2] / ".compile_cache"
-    return [sys.executable, "-m", "disentangle.train", *run_overrides(spec, seed, extra), f"hydra.run.dir={path}",
-            f"paths.compile_cache={cache}", "print_summary=false", "trainer.enable_progress_bar=false", "logger=csv",
-            "auto_resume=true"]
+    return [*run_overrides(spec, seed, extra), f"hydra.run.dir={path}", f"paths.compile_cache={cache}",
+            "print_summary=false", "trainer.enable_progress_bar=false", "logger=csv", "auto_resume=true"]
 
 
 def _read(path: Path) -> dict:
@@ -72,17 +71,12 @@ def train_run(out: Path, spec: RunSpec, seed: int, extra: Sequence[str] = (), th
     if not (path / "metrics.json").is_file():
         path.mkdir(parents=True, exist_ok=True)
         (path / RECORD).write_text(json.dumps({"overrides": overrides, "wall_s": result.wall_s}, indent=2))
-        env = dict(os.environ)
-        if threads:
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         start = time.perf_counter()
-        with open(path / "train.log", "a") as log:
-            done = subprocess.run(train_command(spec, seed, path, extra), stdout=log, stderr=subprocess.STDOUT,
-                                  text=True, env=env, check=False)
+        code = run_module("disentangle.train", train_argv(spec, seed, path, extra), path / "train.log", threads=threads)
         result.wall_s += time.perf_counter() - start
         result.trained = True
         (path / RECORD).write_text(json.dumps({"overrides": overrides, "wall_s": result.wall_s}, indent=2))
-        if done.returncode != 0 or not (path / "metrics.json").is_file():
+        if code != 0 or not (path / "metrics.json").is_file():
             lines = [ln for ln in (path / "train.log").read_text(errors="replace").splitlines() if ln.strip()]
             result.error = f"{spec.key} seed {seed} failed ({path / 'train.log'}): {lines[-1] if lines else '?'}"
             return result

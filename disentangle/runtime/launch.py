@@ -1,0 +1,117 @@
+"""The package's own commands started from a preloaded interpreter, for the commands that start many of them.
+
+``python -m disentangle.train`` spends about 9 s of CPU importing torch, Lightning's compiler stack and scipy before
+its first step (``tests/bench_cli_start.py``): a cost the claims pay per run (175 runs: about 26 CPU-minutes). So
+:func:`run_module` forks the command from one *fork server* (the standard library's ``forkserver``) that has
+imported :data:`PRELOAD` once and run no torch operation (no thread pool to be forked). The child becomes the
+command as ``python -m`` would run it: its working directory, environment and argv, stdout and stderr into a log,
+``runpy.run_module(..., run_name="__main__")``, then the interpreter's exit steps (non-daemon threads joined,
+atexit handlers run). It is a real process of its own: it can be killed, and it starts DDP ranks, launchers and
+DataLoader workers as a fresh interpreter does.
+
+What a fork cannot change is what was read while importing. The thread count is set explicitly in the child
+(``threads``, as ``OMP_NUM_THREADS`` would), so its numbers are a fresh interpreter's; any other difference between
+the caller's environment and the command's starts a fresh interpreter instead (:func:`forkable`), as does
+``DISENTANGLE_FORK=0`` or a platform without ``forkserver``.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# the heavy imports below Lightning, not Lightning itself: Lightning decides while importing whether its log records
+# go to a handler of its own or to the root logger that Hydra configures in a real run, so the child imports it
+PRELOAD = ("torch", "torch._dynamo", "torch._inductor.config", "torch.distributed", "torchmetrics", "scipy.signal",
+           "scipy.stats", "sklearn.linear_model", "sklearn.ensemble", "matplotlib", "hydra", "omegaconf", "hydra.utils")
+# variables read when used, never while importing: a command may set them differently from its caller and still fork
+RUNTIME_VARIABLES = frozenset({"OMP_NUM_THREADS", "MKL_NUM_THREADS", "PATH", "WANDB_MODE", "PYTHONUNBUFFERED"})
+RUNTIME_PREFIXES = ("PYTEST_", "HYDRA_")
+
+
+def enabled() -> bool:
+    return os.environ.get("DISENTANGLE_FORK", "1") != "0" and "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def forkable(env: Mapping[str, str]) -> bool:
+    """True when ``env`` differs from this process's environment only in variables read at run time: a child
+    forked with it behaves as a fresh interpreter started with it."""
+    keys = set(env) | set(os.environ)
+    return all(env.get(k) == os.environ.get(k) for k in keys
+               if k not in RUNTIME_VARIABLES and not k.startswith(RUNTIME_PREFIXES))
+
+
+_CONTEXT = None
+
+
+def _context():
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(list(PRELOAD))
+    return _CONTEXT
+
+
+def _become(module: str, argv: list[str], cwd: str, env: dict, log: str, threads: int | None) -> None:
+    """In the forked child: run ``python -m MODULE ARGV`` and exit with its code."""
+    import atexit
+    import runpy
+    import threading
+    import traceback
+
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd in (1, 2):
+        os.dup2(target, fd)
+    sys.argv = [module, *argv]
+    sys.modules.pop(module, None)   # `python -m` runs it as __main__ only, never imported
+    sys.path.insert(0, cwd)
+    code = 1
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+    except BaseException:   # noqa: BLE001  (as the interpreter does with an uncaught exception)
+        traceback.print_exc()
+    threading._shutdown()    # the interpreter joins non-daemon threads before its atexit handlers
+    atexit._run_exitfuncs()  # multiprocessing's children skip them; Lightning, W&B and logging rely on them
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code & 0xFF)
+
+
+def run_module(module: str, argv: Sequence[str], log: Path, *, env: Mapping[str, str] | None = None,
+               cwd: Path | None = None, threads: int | None = None) -> int:
+    """``python -m MODULE ARGV`` with stdout and stderr appended to ``log``, waited for; its exit code (a signal as
+    its negative number). Forked from the preloaded server when :func:`enabled` and ``env`` is :func:`forkable`; a
+    fresh interpreter otherwise. ``threads`` sets the child's torch threads (and ``OMP_NUM_THREADS``)."""
+    env = dict(os.environ if env is None else env)
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(int(threads))
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    if not (enabled() and forkable(env)):
+        with open(log, "a") as out:
+            return subprocess.run([sys.executable, "-m", module, *argv], cwd=cwd, stdout=out,
+                                  stderr=subprocess.STDOUT, env=env, check=False).returncode
+    child = _context().Process(target=_become, args=(module, list(argv), str(cwd), env, str(log), threads),
+                               name=f"{module} {' '.join(argv)}"[:200])
+    child.start()
+    child.join()
+    return child.exitcode
