@@ -90,11 +90,15 @@ def _become(module: str, argv: list[str], cwd: str, env: dict, log: str, threads
             print(exc.code, file=sys.stderr)
     except BaseException:   # noqa: BLE001  (as the interpreter does with an uncaught exception)
         traceback.print_exc()
-    threading._shutdown()    # the interpreter joins non-daemon threads before its atexit handlers
-    atexit._run_exitfuncs()  # multiprocessing's children skip them; Lightning, W&B and logging rely on them
+    # the interpreter's exit steps, which multiprocessing's children skip: non-daemon threads joined, then the atexit
+    # handlers (logging's flush, weakref finalizers such as temporary directories, W&B's teardown)
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code & 0xFF)
+    raise SystemExit(code & 0xFF)   # multiprocessing's child exits with it
 
 
 def run_module(module: str, argv: Sequence[str], log: Path, *, env: Mapping[str, str] | None = None,
