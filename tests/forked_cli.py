@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 # what the preloaded interpreter imports: the package's own launcher's list
-from disentangle.runtime.launch import PRELOAD
+from disentangle.runtime.launch import PRELOAD, run_as_main
 
 ROOT = Path(__file__).resolve().parents[1]
 ENABLED = os.environ.get("DISENTANGLE_TEST_FORK", "1") != "0"
@@ -46,9 +46,7 @@ RUNTIME_PREFIXES = ("PYTEST_", "HYDRA_")
 def _become(request: dict) -> None:
     """In the forked child: turn into ``python -m MODULE ARGV`` and exit with its code (never returns)."""
     import atexit as child_atexit
-    import runpy
     import threading
-    import traceback
 
     code = 1
     try:
@@ -61,23 +59,7 @@ def _become(request: dict) -> None:
             target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(target, fd)
             os.close(target)
-        sys.argv = [request["module"], *request["argv"]]
-        sys.modules.pop(request["module"], None)   # `python -m` runs it as __main__ only, never imported
-        sys.path.insert(0, request["cwd"])
-        try:
-            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as exc:
-            if exc.code is None:
-                code = 0
-            elif isinstance(exc.code, int):
-                code = exc.code
-            else:
-                print(exc.code, file=sys.stderr)
-                code = 1
-        except BaseException:   # noqa: BLE001  (as the interpreter does with an uncaught exception)
-            traceback.print_exc()
-            code = 1
+        code = run_as_main(request["module"], request["argv"], request["cwd"])
         threading._shutdown()   # the interpreter joins non-daemon threads before the atexit handlers
         child_atexit._run_exitfuncs()
     finally:

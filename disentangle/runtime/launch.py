@@ -55,12 +55,32 @@ def _context():
     return _CONTEXT
 
 
+def run_as_main(module: str, argv: Sequence[str], cwd: str) -> int:
+    """Run ``python -m MODULE ARGV`` in this (forked) process, as the interpreter would from ``cwd``: the exit code
+    it would give (an uncaught exception's traceback printed, 1)."""
+    import runpy
+    import traceback
+
+    sys.argv = [module, *argv]
+    sys.modules.pop(module, None)   # `python -m` runs it as __main__ only, never imported
+    sys.path.insert(0, cwd)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:   # noqa: BLE001  (as the interpreter does with an uncaught exception)
+        traceback.print_exc()
+        return 1
+    return 0
+
+
 def _become(module: str, argv: list[str], cwd: str, env: dict, log: str, threads: int | None) -> None:
     """In the forked child: run ``python -m MODULE ARGV`` and exit with its code."""
     import atexit
-    import runpy
     import threading
-    import traceback
 
     os.chdir(cwd)
     os.environ.clear()
@@ -74,22 +94,7 @@ def _become(module: str, argv: list[str], cwd: str, env: dict, log: str, threads
     target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     for fd in (1, 2):
         os.dup2(target, fd)
-    sys.argv = [module, *argv]
-    sys.modules.pop(module, None)   # `python -m` runs it as __main__ only, never imported
-    sys.path.insert(0, cwd)
-    code = 1
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as exc:
-        if exc.code is None:
-            code = 0
-        elif isinstance(exc.code, int):
-            code = exc.code
-        else:
-            print(exc.code, file=sys.stderr)
-    except BaseException:   # noqa: BLE001  (as the interpreter does with an uncaught exception)
-        traceback.print_exc()
+    code = run_as_main(module, argv, cwd)
     # the interpreter's exit steps, which multiprocessing's children skip: non-daemon threads joined, then the atexit
     # handlers (logging's flush, weakref finalizers such as temporary directories, W&B's teardown)
     for thread in threading.enumerate():
