@@ -72,3 +72,34 @@ def test_a_forked_training_run_computes_what_a_fresh_interpreter_does(forked_and
     forked, fresh = forked_and_fresh_runs["forked"], forked_and_fresh_runs["fresh"]
     numbers = {k: v for k, v in fresh.items() if isinstance(v, float) and "seconds" not in k}   # timings aside
     assert numbers and {k: forked[k] for k in numbers} == numbers
+
+
+EXITING = """
+import atexit, json, sys, threading, time
+from joblib import Parallel, delayed
+log = open(sys.argv[1], "a")
+def note(text):
+    log.write(json.dumps(text) + "\\n"); log.flush()
+note(str(Parallel(n_jobs=2, backend="loky")(delayed(abs)(-i) for i in range(4))))   # loky's executor stays alive
+threading.Thread(target=lambda: (time.sleep(0.5), note("thread done"))).start()
+atexit.register(note, "atexit ran")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_command_exits_as_the_interpreter_does_with_executors_threads_and_atexit(tmp_path):
+    """The interpreter's exit steps in order: threading's shutdown (executors stopped, non-daemon threads joined),
+    then atexit. A manual thread join instead waited forever on loky's manager (the first real claims runs hung)."""
+    (tmp_path / "launch_exiting.py").write_text(EXITING)
+    notes = tmp_path / "notes"
+    assert launch.run_module("launch_exiting", [str(notes)], tmp_path / "log", cwd=tmp_path, threads=1) == 0
+    assert [json.loads(line) for line in notes.read_text().splitlines()] == ["[0, 1, 2, 3]", "thread done",
+                                                                            "atexit ran"]
+
+
+def test_forkable_compares_with_the_environment_the_server_imported_under(monkeypatch):
+    """A caller's environment changed after the server started differs from what the server imported under."""
+    launch._context()
+    assert "TORCHINDUCTOR_MAX_AUTOTUNE" not in launch._SERVER_ENV
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")   # read while importing Inductor: the server's is unset
+    assert not launch.forkable(dict(os.environ))

@@ -5,8 +5,8 @@ its first step (``tests/bench_cli_start.py``): a cost the claims pay per run (17
 :func:`run_module` forks the command from one *fork server* (the standard library's ``forkserver``) that has
 imported :data:`PRELOAD` once and run no torch operation (no thread pool to be forked). The child becomes the
 command as ``python -m`` would run it: its working directory, environment and argv, stdout and stderr into a log,
-``runpy.run_module(..., run_name="__main__")``, then the interpreter's exit steps (non-daemon threads joined,
-atexit handlers run). It is a real process of its own: it can be killed, and it starts DDP ranks, launchers and
+``runpy.run_module(..., run_name="__main__")``, then the interpreter's exit steps (threading's shutdown, atexit
+handlers run). It is a real process of its own: it can be killed, and it starts DDP ranks, launchers and
 DataLoader workers as a fresh interpreter does.
 
 What a fork cannot change is what was read while importing. The thread count is set explicitly in the child
@@ -39,17 +39,21 @@ def enabled() -> bool:
 def forkable(env: Mapping[str, str]) -> bool:
     """True when ``env`` differs from this process's environment only in variables read at run time: a child
     forked with it behaves as a fresh interpreter started with it."""
-    keys = set(env) | set(os.environ)
-    return all(env.get(k) == os.environ.get(k) for k in keys
+    # compared with the environment the server imported under (a caller may have changed its own since)
+    server = _SERVER_ENV if _SERVER_ENV is not None else dict(os.environ)
+    keys = set(env) | set(server)
+    return all(env.get(k) == server.get(k) for k in keys
                if k not in RUNTIME_VARIABLES and not k.startswith(RUNTIME_PREFIXES))
 
 
 _CONTEXT = None
+_SERVER_ENV: dict | None = None   # the environment the fork server was started with (it inherits it)
 
 
 def _context():
-    global _CONTEXT
+    global _CONTEXT, _SERVER_ENV
     if _CONTEXT is None:
+        _SERVER_ENV = dict(os.environ)
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(list(PRELOAD))
     return _CONTEXT
@@ -95,11 +99,11 @@ def _become(module: str, argv: list[str], cwd: str, env: dict, log: str, threads
     for fd in (1, 2):
         os.dup2(target, fd)
     code = run_as_main(module, argv, cwd)
-    # the interpreter's exit steps, which multiprocessing's children skip: non-daemon threads joined, then the atexit
-    # handlers (logging's flush, weakref finalizers such as temporary directories, W&B's teardown)
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # the interpreter's exit steps, which multiprocessing's children skip, in its order: threading's own shutdown
+    # (its exit hooks, which stop concurrent.futures' and joblib/loky's executors, then non-daemon threads joined;
+    # a manual join waited forever on loky's manager thread after DCI's forests), then the atexit handlers
+    # (logging's flush, weakref finalizers such as temporary directories, W&B's teardown)
+    threading._shutdown()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
