@@ -146,7 +146,7 @@ def test_render_redraws_the_tables_from_stored_per_seed_values(tmp_path, capsys)
     """--render: results.json's per-seed differences give the interval, the verdict and the Holm p-values again
     (a stored summary that disagrees with its values is not trusted); an older claims.json list renders as it is."""
     from disentangle.claims.command import main
-    from disentangle.claims.report import RESULTS_FORMAT, results_record
+    from disentangle.claims.report import RESULTS_FORMAT, digest, load_results, results_record
 
     def row(name, diffs, **extra):
         return {"name": name, "paper": "qlae", "metric": "infom", "table": "1", "better": "A", "worse": "B",
@@ -165,6 +165,12 @@ def test_render_redraws_the_tables_from_stored_per_seed_values(tmp_path, capsys)
     assert f"{statistics.mean(diffs):.3f} [{low:.3f}, {high:.3f}]" in md
     assert "| **holds** |" in md and "**inconclusive (no lean)**" in md and "9.000" not in md
     assert (tmp_path / "page" / "claims.png").is_file() and "— 10 min" in md
+    rows, _ = load_results(tmp_path / "results.json")
+    assert md.startswith("Of 2 claims, 1 holds, 1 is inconclusive (0 of them leaning the stated way) and 0 are "
+                         "contradicted. Seeds per claim: 5. Intervals: paired t, 95%;")
+    from PIL import Image
+    assert Image.open(tmp_path / "page" / "claims.png").text["Description"].endswith(f"Rows digest: {digest(rows)}")
+    assert digest(rows) != digest([{**rows[0], "differences": [0.1] * 5}, rows[1]])
     old = [{k: v for k, v in row("legacy", []).items() if k != "differences"} | {"verdict": "reversed",
                                                                                    "diff_mean": -0.003}]
     (tmp_path / "claims.json").write_text(json.dumps(old))
@@ -232,7 +238,7 @@ def test_assess_paired_threshold_and_selection_claims():
     assert assess(paired, {}, [0])["verdict"] == "incomplete"
 
 
-def test_auto_seeds_go_on_only_while_a_claim_is_undecided_at_the_corrected_level():
+def test_auto_seeds_go_on_only_while_a_claim_is_undecided_at_the_corrected_level(tmp_path):
     """--seeds auto: seeds 0-4 for every claim; an undecided claim gets one more seed per round, up to 10, and stops
     once decided; every look's interval is the Bonferroni level over the 6 looks and its p-value 6 x p."""
     from disentangle.claims.sequential import LOOKS, look_confidence, sequential
@@ -279,6 +285,13 @@ def test_auto_seeds_go_on_only_while_a_claim_is_undecided_at_the_corrected_level
     assert (row["ci_low"], row["ci_high"]) == (pytest.approx(interval.low), pytest.approx(interval.high))
     assert row["p_value"] == pytest.approx(min(1.0, LOOKS * interval.p))
     assert row["sequential"]["looks"] == n_close - 4
+    # --render recomputes the same corrected p-values and levels from the stored per-seed values
+    from disentangle.claims.report import load_results, results_record
+    (tmp_path / "results.json").write_text(json.dumps(results_record(list(rows.values()), {}, {"seeds": "auto"})))
+    again = {r["name"]: r for r in load_results(tmp_path / "results.json")[0]}
+    for name, r in rows.items():
+        assert again[name]["p_value"] == pytest.approx(r["p_value"]) and again[name]["verdict"] == r["verdict"]
+        assert again[name]["ci_low"] == pytest.approx(r["ci_low"])
     # each round trained only the next seed of the undecided claims' runs, never a seed twice
     flat = [task for round_ in asked for task in round_]
     assert len(flat) == len(set(flat)) and len(asked) == 5
@@ -465,3 +478,17 @@ def test_an_undeclared_difference_is_found_and_the_diff_command_prints_it(tmp_pa
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"declared": {"model.name": ["qlae", "qlae_no_wd"],
                                                     "model.optimizer.weight_decay": [0.1, 0.0]}, "undeclared": {}}
+
+
+def test_results_name_every_commit_and_machine_their_runs_were_trained_on():
+    """A run set resumed across sessions: results.json's ``runs`` counts the runs per commit and machine."""
+    from disentangle.claims.report import run_provenance
+
+    claim = {c.name: c for c in CLAIMS}["qlae_above_ae_infom"]
+    results = _results(claim, {"QLAE": [0.7, 0.6, 0.8], "AE": [0.5, 0.55, 0.6]})
+    for (key, seed), result in results.items():
+        result.metrics.update(versions={"git_commit": "abc" if seed < 2 else "def", "git_dirty": False,
+                                        "torch": "2.13.0+cpu"}, machine={"cpu": "AMD EPYC", "vector_isa": "avx512"})
+    assert run_provenance(results) == [
+        {"commit": "abc", "dirty": False, "cpu": "AMD EPYC", "vector_isa": "avx512", "torch": "2.13.0+cpu", "runs": 4},
+        {"commit": "def", "dirty": False, "cpu": "AMD EPYC", "vector_isa": "avx512", "torch": "2.13.0+cpu", "runs": 2}]

@@ -115,7 +115,7 @@ def run(args) -> int:
 
     from .assess import adjust_within_papers, assess
     from .catalog import PAPERS, load_claims, select_claims, unique_runs
-    from .report import print_table, write
+    from .report import print_table, run_provenance, summary, write
     from .runner import evaluate_run, measure_selection, schedule, train_all
 
     if args.diff is not None:
@@ -193,9 +193,11 @@ def run(args) -> int:
     # Holm within each paper over the claims assessed in this call (all of a paper's by default)
     rows = adjust_within_papers(assessed)
     print_table(rows)
+    print(summary(rows))
     settings = {"seeds": "auto" if auto else seeds, "jobs": args.jobs, "confidence": args.confidence,
                 "overrides": list(args.override), "eval_samples": args.eval_samples, "names": list(args.names)}
-    paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing, settings)
+    paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing, settings,
+                  run_provenance(results))
     print("written: " + ", ".join(str(p) for p in paths.values()))
     return 1 if any(r["verdict"] == "incomplete" for r in rows) else 0
 

@@ -81,12 +81,59 @@ def print_table(rows: list[dict]) -> None:
             print(f"  {r['name']}: {err}")
 
 
-def markdown(rows: list[dict], timing: dict | None = None) -> str:
-    """Per paper: the claim, the published values, the measured means, the difference with its interval, its
-    Holm-adjusted p-value within the paper and its size in SDs of the seeds' differences, the verdict and the CPU
-    time of its runs."""
-    out = []
+def _percent(level: float) -> str:
+    """0.95 -> '95%', 0.991666 -> '99.17%'."""
+    return f"{100 * level:.2f}".rstrip("0").rstrip(".") + "%"
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def summary(rows: list[dict]) -> str:
+    """The headline in the verdicts' own words: how many claims hold, are inconclusive (and which way they lean)
+    and are contradicted, the seeds behind them and the interval level."""
     rows = [normalise(r) for r in rows]
+    count = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "inconclusive", "contradicted", "incomplete")}
+    leaning = sum(r["verdict"] == "inconclusive" and r.get("lean") == "positive" for r in rows)
+    def are(n):
+        return "is" if n == 1 else "are"
+
+    parts = [f"{count['holds']} {'holds' if count['holds'] == 1 else 'hold'}",
+             f"{count['inconclusive']} {are(count['inconclusive'])} inconclusive ({leaning} of them leaning the "
+             f"stated way)", f"{count['contradicted']} {are(count['contradicted'])} contradicted"]
+    if count["incomplete"]:
+        parts.append(f"{count['incomplete']} {are(count['incomplete'])} incomplete")
+    seeds = sorted({r["n_seeds"] for r in rows if r.get("n_seeds")})
+    levels = sorted({r.get("confidence") or 0.95 for r in rows})
+    text = f"Of {_count(len(rows), 'claim', 'claims')}, " + ", ".join(parts[:-1]) + " and " + parts[-1] + "."
+    if seeds:
+        text += f" Seeds per claim: {seeds[0]}" + (f" to {seeds[-1]}" if seeds[-1] != seeds[0] else "") + "."
+    if levels:
+        text += " Intervals: paired t, " + " and ".join(_percent(x) for x in levels)
+        if any(r.get("sequential") for r in rows):
+            text += (" (--seeds auto: every look at the Bonferroni level over its "
+                     f"{max((r.get('sequential') or {}).get('max_looks', 1) for r in rows)} possible looks)")
+        text += "; p-values Holm-adjusted within each paper."
+    return text
+
+
+def digest(rows: list[dict]) -> str:
+    """A short fingerprint of what a rendering shows (each claim's per-seed differences and verdict), stored in the
+    figure's metadata: a test can tell whether a committed figure was drawn from committed results."""
+    import hashlib
+
+    shown = sorted((r["name"], normalise(r)["verdict"], [round(d, 9) for d in r.get("differences") or []])
+                   for r in rows)
+    return hashlib.sha256(json.dumps(shown).encode()).hexdigest()[:16]
+
+
+def markdown(rows: list[dict], timing: dict | None = None) -> str:
+    """The :func:`summary`, then per paper: the claim, the published values, the measured means, the difference
+    with its interval, its Holm-adjusted p-value within the paper and its size in SDs of the seeds' differences,
+    the seeds, the verdict and the CPU time of its runs."""
+    rows = [normalise(r) for r in rows]
+    out = [summary(rows), ""] if rows else []
     for paper in PAPERS:
         mine = [r for r in rows if r["paper"] == paper]
         if not mine:
@@ -94,15 +141,17 @@ def markdown(rows: list[dict], timing: dict | None = None) -> str:
         head = f"### {PAPER_TITLES[paper]}"
         if timing and paper in timing:
             head += f" — {timing[paper]['elapsed_s'] / 60:.0f} min"
-        out += [head, "", "| claim | metric | published | measured | difference [95% CI] | Holm p | d (SD) | verdict "
-                "| CPU time |", "|---|---|---|---|---|---|---|---|---|"]
+        level = " / ".join(_percent(x) for x in sorted({r.get("confidence") or 0.95 for r in mine}))
+        out += [head, "", f"| claim | metric | published | measured | difference [{level} CI] | Holm p | d (SD) "
+                "| seeds | verdict | CPU time |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in mine:
             pub = f"{_num(r['published_better'], 2)} vs {_num(r['published_worse'], 2)}"
             meas = f"{_num(r['better_mean'])} vs {_num(r['worse_mean'])}"
             diff = f"{_num(r['diff_mean'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
             out.append(f"| `{r['name']}`: {comparison(r)} | {METRIC_LABELS.get(r['metric'], r['metric'])} "
                        f"({r['table']}) | {pub} | {meas} | {diff} | {_p(r.get('p_holm'))} | "
-                       f"{_num(r.get('effect_sd'), 2)} | **{verdict_text(r)}** | {r['wall_s'] / 60:.0f} min |")
+                       f"{_num(r.get('effect_sd'), 2)} | {r['n_seeds']} | **{verdict_text(r)}** | "
+                       f"{r['wall_s'] / 60:.0f} min |")
         out.append("")
     return "\n".join(out)
 
@@ -142,10 +191,12 @@ def figure(rows: list[dict], path: Path) -> Path | None:
     present = [v for v in colours if any(r["verdict"] == v for r in rows)]
     axes[0, 0].legend(handles=[plt.Line2D([], [], color=colours[v], marker="o", lw=2, label=v) for v in present],
                       fontsize=7, loc="best", title="verdict", title_fontsize=7)
-    axes[-1, 0].set_xlabel("difference better − worse (same seed): mean and 95% interval\nticks: the seeds' differences")
+    level = " / ".join(_percent(x) for x in sorted({r.get("confidence") or 0.95 for r in rows}))
+    axes[-1, 0].set_xlabel(f"difference better − worse (same seed): mean and {level} interval\n"
+                           "ticks: the seeds' differences")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Description": f"{summary(rows)} Rows digest: {digest(rows)}"})
     plt.close(fig)
     return path
 
@@ -153,16 +204,34 @@ def figure(rows: list[dict], path: Path) -> Path | None:
 RESULTS_FORMAT = 1  # results.json's layout (a reader checks it)
 
 
-def results_record(rows: list[dict], timing: dict | None, settings: dict) -> dict:
+def run_provenance(results: dict) -> list[dict]:
+    """Where the runs behind the rows came from, read off each run's ``metrics.json``: one entry per distinct
+    (commit, dirty, CPU, vector ISA, torch) with its number of runs. A resumed run set trained across sessions
+    shows every machine and commit it was trained on."""
+    groups: dict[tuple, int] = {}
+    for result in results.values():
+        m = getattr(result, "metrics", None) or {}
+        if not m:
+            continue
+        versions, where = m.get("versions") or {}, m.get("machine") or {}
+        key = (versions.get("git_commit"), versions.get("git_dirty"), where.get("cpu"), where.get("vector_isa"),
+               versions.get("torch"))
+        groups[key] = groups.get(key, 0) + 1
+    return [{"commit": c, "dirty": d, "cpu": cpu, "vector_isa": isa, "torch": t, "runs": n}
+            for (c, d, cpu, isa, t), n in sorted(groups.items(), key=lambda kv: -kv[1])]
+
+
+def results_record(rows: list[dict], timing: dict | None, settings: dict, runs: list[dict] | None = None) -> dict:
     """``results.json``: every claim's row (its per-seed values of both sides included) with what produced them: the
     commit, the machine (CPU model, cores, instruction set), the software versions, the command's settings (seeds,
-    jobs, evaluation samples, overrides) and each paper's elapsed time. ``--render`` redraws the tables from it."""
+    jobs, evaluation samples, overrides), each paper's elapsed time and where the runs themselves were trained
+    (:func:`run_provenance`). ``--render`` redraws the tables from it."""
     from ..foundation.provenance import machine, software_versions
 
     versions = software_versions()
     return {"format": RESULTS_FORMAT, "commit": versions.get("git_commit"), "dirty": versions.get("git_dirty"),
             "machine": machine(), "versions": versions, "settings": settings, "timing": timing or {},
-            "claims": _finite(rows)}
+            "runs": runs or [], "claims": _finite(rows)}
 
 
 def render(rows: list[dict], out: Path, timing: dict | None = None) -> dict[str, Path]:
@@ -177,15 +246,15 @@ def render(rows: list[dict], out: Path, timing: dict | None = None) -> dict[str,
     return paths
 
 
-def write(rows: list[dict], out: Path, timing: dict | None = None, settings: dict | None = None
-          ) -> dict[str, Path]:
+def write(rows: list[dict], out: Path, timing: dict | None = None, settings: dict | None = None,
+          runs: list[dict] | None = None) -> dict[str, Path]:
     """claims.json (a list: one object per claim), results.json (:func:`results_record`), timing.json (each paper's
     elapsed time), claims.md, claims.png."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "claims.json", "results": out / "results.json", "timing": out / "timing.json"}
     paths["json"].write_text(json.dumps(_finite(rows), indent=2, ensure_ascii=False))
-    paths["results"].write_text(json.dumps(results_record(rows, timing, settings or {}), indent=2,
+    paths["results"].write_text(json.dumps(results_record(rows, timing, settings or {}, runs), indent=2,
                                            ensure_ascii=False, default=str))
     paths["timing"].write_text(json.dumps(timing or {}, indent=2))
     paths.update(render(rows, out, timing))
@@ -196,6 +265,7 @@ def load_results(path: Path) -> tuple[list[dict], dict]:
     """The claim rows and timing of a ``results.json`` (or of an older ``claims.json`` list), their intervals,
     verdicts and Holm p-values recomputed from the stored per-seed differences."""
     from .assess import adjust_within_papers, with_interval
+    from .sequential import correct_for_looks
 
     try:
         data = json.loads(Path(path).read_text())
@@ -210,5 +280,6 @@ def load_results(path: Path) -> tuple[list[dict], dict]:
         rows, timing = data["claims"], data.get("timing") or {}
     else:
         raise ValueError(f"--render {path}: expected results.json (an object with 'claims') or claims.json (a list)")
-    rows = [with_interval(normalise(dict(r)), r.get("confidence") or 0.95) for r in rows]
+    # recomputed as the run computed them: a --seeds auto row's p-value corrected for its looks again
+    rows = [correct_for_looks(with_interval(normalise(dict(r)), r.get("confidence") or 0.95)) for r in rows]
     return adjust_within_papers(rows), timing

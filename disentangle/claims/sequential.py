@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from .catalog import Claim, RunSpec
 
-__all__ = ["FIRST_SEEDS", "LOOKS", "MAX_SEEDS", "look_confidence", "sequential"]
+__all__ = ["FIRST_SEEDS", "LOOKS", "MAX_SEEDS", "correct_for_looks", "look_confidence", "sequential"]
 
 FIRST_SEEDS = 5
 MAX_SEEDS = 10
@@ -24,6 +24,15 @@ LOOKS = MAX_SEEDS - FIRST_SEEDS + 1
 def look_confidence(confidence: float, looks: int = LOOKS) -> float:
     """The level of every look's interval: Bonferroni over ``looks`` looks."""
     return 1.0 - (1.0 - confidence) / looks
+
+
+def correct_for_looks(row: dict) -> dict:
+    """A ``--seeds auto`` row's p-value at the Bonferroni level over the looks (``LOOKS x p``, capped at 1), the
+    correction its interval already carries; rows of a fixed number of seeds (no ``sequential``) as they are."""
+    looks = (row.get("sequential") or {}).get("max_looks")
+    if looks and row.get("p_value") is not None:
+        row["p_value"] = min(1.0, looks * row["p_value"])
+    return row
 
 
 def sequential(claims: Sequence[Claim], results: dict, confidence: float,
@@ -54,9 +63,7 @@ def sequential(claims: Sequence[Claim], results: dict, confidence: float,
     out = []
     for claim in claims:
         row = rows[claim.name]
-        if row.get("p_value") is not None:
-            row["p_value"] = min(1.0, LOOKS * row["p_value"])
         row["sequential"] = {"looks": len(seeds[claim.name]) - FIRST_SEEDS + 1, "max_looks": LOOKS,
                              "confidence": level, "family_confidence": confidence}
-        out.append(row)
+        out.append(correct_for_looks(row))
     return out
