@@ -16,11 +16,13 @@ from scipy import stats
 from disentangle.claims import VERDICTS, load_claims, normalise, paired_interval, select_claims, unique_runs, verdict
 from disentangle.claims.assess import FIELDS, adjust_within_papers, assess
 from disentangle.claims.statistics import effect_in_sd, holm, lean
-from disentangle.claims.catalog import PAPERS, merge_overrides, parse_claims
+from disentangle.claims.catalog import PAPERS, load_datasets, merge_overrides, on_data, parse_claims
 from disentangle.claims.runner import RECORD, RunResult, run_path, train_run
 
 CLAIMS = load_claims()
-RUNS = unique_runs(CLAIMS)
+# the claims that also run on another dataset (--data NAME), moved onto it
+ON_DATA = [c for variant in load_datasets().values() for c in on_data(CLAIMS, variant)]
+RUNS = unique_runs(CLAIMS) + unique_runs(ON_DATA)
 
 
 def test_the_claims_cover_every_paper_and_every_comparison_the_issue_lists():
@@ -60,7 +62,7 @@ def test_every_run_composes_and_computes_the_metric_of_each_claim_on_it(run):
         produced |= set(REGISTRY[name].outputs.values())
     produced |= {f"ood_{k}" for k in produced} | {"r2_linear", "r2_mlp", "ood_r2_linear", "ood_r2_mlp"} \
         if cfg.data.get("split", "random") != "random" else set()  # a split run's ood section
-    for claim in CLAIMS:
+    for claim in CLAIMS + ON_DATA:
         if run.key in {r.key for r in claim.runs()}:
             assert claim.metric in produced, (claim.name, sorted(produced))
             if claim.kind == "selection":  # Δ_ST is measured after training: it needs a categorical latent
@@ -439,6 +441,8 @@ def test_every_claims_sides_differ_only_in_what_it_declares():
     assert {n: d["undeclared"] for n, d in found.items() if d["undeclared"]} == {}
     assert all(found[c.name]["declared"] for c in claims if c.kind != "threshold")
     assert len(claims) >= 30
+    on_data_found = {f"{c.name} --data {c.data}": differences(c) for c in ON_DATA}   # and on the other datasets
+    assert ON_DATA and {n: d["undeclared"] for n, d in on_data_found.items() if d["undeclared"]} == {}
 
 
 def test_tripod_against_qlae_runs_qlae_on_tripods_protocol():
@@ -492,3 +496,30 @@ def test_results_name_every_commit_and_machine_their_runs_were_trained_on():
     assert run_provenance(results) == [
         {"commit": "abc", "dirty": False, "cpu": "AMD EPYC", "vector_isa": "avx512", "torch": "2.13.0+cpu", "runs": 4},
         {"commit": "def", "dirty": False, "cpu": "AMD EPYC", "vector_isa": "avx512", "torch": "2.13.0+cpu", "runs": 2}]
+
+
+def test_the_headline_claims_also_run_on_the_causal_chamber_in_a_table_of_their_own(tmp_path, capsys):
+    """--data causalchamber: QLAE's and Tripod's headline claims on the light tunnel's dataset, their runs apart
+    from the quickstart's, the table headed with the dataset; an unknown name is a one-line error."""
+    from disentangle.claims.command import main, parse_args
+    from disentangle.claims.report import markdown
+
+    variant = load_datasets()["causalchamber"]
+    moved = on_data(CLAIMS, variant)
+    assert {c.name for c in moved} == {"qlae_above_ae_infom", "qlae_above_ae_d", "qlae_above_betavae_infom",
+                                       "qlae_above_betavae_d", "tripod_above_qlae_infom", "tripod_above_qlae_d"}
+    for claim in moved:
+        assert claim.data == "causalchamber" and claim.setting.name.endswith("-causalchamber")
+        for run in claim.runs():
+            assert "data=causalchamber" in run.overrides and run.key.startswith(f"{claim.setting.name}/")
+    assert not {r.key for c in moved for r in c.runs()} & {r.key for r in unique_runs(CLAIMS)}
+    row = assess(moved[0], _results(moved[0], {"QLAE": [0.7, 0.6, 0.8], "AE": [0.5, 0.55, 0.6]}), [0, 1, 2])
+    assert row["data"] == "causalchamber" and "### QLAE (Hsu et al. 2023) on causalchamber" in markdown([row])
+    assert parse_args(["--data", "causalchamber"]).out == Path("outputs/claims-causalchamber")
+    assert main(["--list", "--data", "causalchamber"]) == 0
+    assert "6 claims, 5 configurations x 5 seeds = 25 runs" in capsys.readouterr().out
+    assert main(["--list", "--data", "nowhere"]) == 2
+    assert "--data 'nowhere': no such dataset in claims.yaml (known: causalchamber)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="datasets.x: claims must name catalogue claims"):
+        from disentangle.claims.catalog import parse_datasets
+        parse_datasets({"datasets": {"x": {"overrides": ["data=shapes2d"], "claims": ["nope"]}}}, CLAIMS)

@@ -59,7 +59,7 @@ def assess(claim: Claim, results: dict, seeds, confidence: float = 0.95) -> dict
     mine = [r for (key, seed), r in results.items() if key in runs and seed in seeds]
     published = claim.published_values()
     out = {
-        "name": claim.name, "paper": claim.paper, "table": claim.table, "dataset": claim.dataset,
+        "name": claim.name, "paper": claim.paper, "table": claim.table, "dataset": claim.dataset, "data": claim.data,
         "metric": claim.metric, "kind": claim.kind, "lower_is_better": claim.lower_is_better,
         "better": claim.better.label, "worse": claim.worse.label,
         "better_mean": stats.mean(better) if better else None, "worse_mean": stats.mean(worse) if worse else None,

@@ -111,6 +111,7 @@ class Claim:
     published: dict = field(default_factory=dict, hash=False, compare=False)
     why: str = ""
     differs_in: tuple[str, ...] = ()  # what the sides may differ in (disentangle.claims.differences)
+    data: str | None = None  # the other dataset it runs on (--data NAME: claims.yaml's `datasets`); None: its own
 
     def runs(self) -> list[RunSpec]:
         """The configurations this claim trains (each once per seed)."""
@@ -186,10 +187,63 @@ def parse_claims(document: dict) -> list[Claim]:
     return sorted(claims, key=lambda c: PAPERS.index(c.paper))
 
 
+def _document() -> dict:
+    return yaml.safe_load(resources.files(__package__).joinpath("claims.yaml").read_text(encoding="utf-8"))
+
+
 def load_claims() -> list[Claim]:
     """Every claim of the package's ``claims.yaml``, paper by paper."""
-    text = resources.files(__package__).joinpath("claims.yaml").read_text(encoding="utf-8")
-    return parse_claims(yaml.safe_load(text))
+    return parse_claims(_document())
+
+
+@dataclass(frozen=True)
+class DataVariant:
+    """Another dataset some claims also run on (``--data NAME``; claims.yaml's ``datasets``): overrides added to
+    each claim's setting, the claims that run there, and its measured seconds per run."""
+
+    name: str
+    about: str
+    overrides: tuple[str, ...]
+    claims: tuple[str, ...]
+    seconds: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+def parse_datasets(document: dict, claims: list[Claim]) -> dict[str, DataVariant]:
+    """claims.yaml's ``datasets`` (one ValueError line for the first problem found)."""
+    known = {c.name for c in claims}
+    out = {}
+    for name, raw in (document.get("datasets") or {}).items():
+        listed = tuple(raw.get("claims", ()))
+        unknown = [c for c in listed if c not in known]
+        if not listed or unknown:
+            raise ValueError(f"datasets.{name}: claims must name catalogue claims (unknown: {unknown or 'none listed'})")
+        if not any(o.startswith("data=") for o in raw.get("overrides", ())):
+            raise ValueError(f"datasets.{name}: overrides must choose the dataset (data=...)")
+        out[name] = DataVariant(name, " ".join(str(raw.get("about", "")).split()), tuple(raw["overrides"]), listed,
+                                dict(raw.get("seconds", {})))
+    return out
+
+
+def load_datasets() -> dict[str, DataVariant]:
+    """The other datasets of the package's ``claims.yaml`` by name."""
+    document = _document()
+    return parse_datasets(document, parse_claims(document))
+
+
+def on_data(claims: list[Claim], variant: DataVariant) -> list[Claim]:
+    """``variant``'s claims among ``claims``, moved onto its dataset: each setting becomes ``<setting>-<NAME>``
+    with the variant's overrides after its own (so its runs live apart from the claim's own dataset's)."""
+    import dataclasses
+
+    moved = []
+    for claim in claims:
+        if claim.name not in variant.claims:
+            continue
+        setting = Setting(f"{claim.setting.name}-{variant.name}", f"{claim.setting.about}; on {variant.name}: "
+                          f"{variant.about}", merge_overrides(claim.setting.overrides, variant.overrides),
+                          dict(variant.seconds))
+        moved.append(dataclasses.replace(claim, setting=setting, data=variant.name, dataset=variant.name))
+    return moved
 
 
 def select_claims(claims: list[Claim], names) -> list[Claim]:

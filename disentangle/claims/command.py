@@ -7,7 +7,8 @@ Runs are shared between claims, reused when finished and resumed when interrupte
 OUT/claims.json, OUT/results.json (the rows with the commit, the machine and the settings), OUT/claims.md,
 OUT/claims.png and OUT/timing.json; with ``--eval-samples N`` the finished runs are re-evaluated on N samples first
 and those files go to OUT/evalN/. ``--render RESULTS --out DIR`` writes DIR/claims.md and DIR/claims.png from a
-stored results.json without training.
+stored results.json without training. ``--data NAME`` runs the claims claims.yaml lists for another dataset on it
+(runs and results in outputs/claims-NAME by default).
 """
 from __future__ import annotations
 
@@ -43,7 +44,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", default="0,1,2,3,4",
                    help="seeds, e.g. 0,1,2,3,4 (default) or 0-9; auto: 0-4, then one more at a time, up to 10, for each "
                         "claim still inconclusive, every look at a Bonferroni-corrected level (docs/claims.md)")
-    p.add_argument("--out", type=Path, default=Path("outputs/claims"), help="runs and results (default outputs/claims)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="runs and results (default outputs/claims, outputs/claims-NAME with --data NAME)")
+    p.add_argument("--data", metavar="NAME", default=None,
+                   help="run the claims claims.yaml lists for dataset NAME on it instead (e.g. causalchamber), in a "
+                        "table of their own; with --list, --diff and --render too")
     p.add_argument("--list", action="store_true", help="print the claims and their estimated time, run nothing")
     p.add_argument("--diff", metavar="NAME", default=None,
                    help="print what claim NAME's two sides differ in, as JSON: {\"declared\": {key: [better, worse]}, "
@@ -61,7 +66,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--render", type=Path, default=None, metavar="RESULTS",
                    help="write OUT/claims.md and OUT/claims.png from a stored results.json (or claims.json) without "
                         "training; the intervals and verdicts are recomputed from its per-seed values")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = Path("outputs/claims" + (f"-{args.data}" if args.data else ""))
+    return args
+
+
+def catalogue(data: str | None):
+    """The claims ``--data`` selects: the catalogue, or the claims of dataset NAME moved onto it."""
+    from .catalog import load_claims, load_datasets, on_data
+
+    claims = load_claims()
+    if data is None:
+        return claims
+    variants = load_datasets()
+    if data not in variants:
+        raise ValueError(f"--data {data!r}: no such dataset in claims.yaml (known: {', '.join(variants) or 'none'})")
+    return on_data(claims, variants[data])
 
 
 def estimates(claims, seeds, jobs: int) -> dict[str, float]:
@@ -96,15 +117,15 @@ def print_list(claims, seeds, jobs: int) -> None:
           f"about {sum(est.values()) / 3600:.1f} h on this machine's estimate (--jobs {jobs})")
 
 
-def print_diff(name: str) -> int:
+def print_diff(name: str, data: str | None = None) -> int:
     """``--diff NAME``: the claim's declared and undeclared differences as one JSON object; exit 1 when any is
     undeclared (the comparison differs in more than its claim)."""
-    from .catalog import load_claims
     from .differences import differences
 
-    claims = {c.name: c for c in load_claims()}
+    claims = {c.name: c for c in catalogue(data)}
     if name not in claims:
-        raise ValueError(f"--diff {name!r}: no such claim (python -m disentangle.claims --list)")
+        raise ValueError(f"--diff {name!r}: no such claim{f' on --data {data}' if data else ''} "
+                         f"(python -m disentangle.claims --list{f' --data {data}' if data else ''})")
     found = differences(claims[name])
     print(json.dumps(found, indent=2, default=str))
     return 1 if found["undeclared"] else 0
@@ -114,12 +135,12 @@ def run(args) -> int:
     from tqdm.auto import tqdm
 
     from .assess import adjust_within_papers, assess
-    from .catalog import PAPERS, load_claims, select_claims, unique_runs
+    from .catalog import PAPERS, select_claims, unique_runs
     from .report import print_table, run_provenance, summary, write
     from .runner import evaluate_run, measure_selection, schedule, train_all
 
     if args.diff is not None:
-        return print_diff(args.diff)
+        return print_diff(args.diff, args.data)
     if args.render is not None:
         from .report import load_results, render
 
@@ -127,7 +148,7 @@ def run(args) -> int:
         paths = render(rows, args.out, timing)
         print("written: " + ", ".join(str(p) for p in paths.values()))
         return 0
-    claims = select_claims(load_claims(), args.names)
+    claims = select_claims(catalogue(args.data), args.names)
     seeds = parse_seeds(args.seeds)
     auto = seeds is None
     if auto:
@@ -194,7 +215,7 @@ def run(args) -> int:
     rows = adjust_within_papers(assessed)
     print_table(rows)
     print(summary(rows))
-    settings = {"seeds": "auto" if auto else seeds, "jobs": args.jobs, "confidence": args.confidence,
+    settings = {"seeds": "auto" if auto else seeds, "data": args.data, "jobs": args.jobs, "confidence": args.confidence,
                 "overrides": list(args.override), "eval_samples": args.eval_samples, "names": list(args.names)}
     paths = write(rows, out if args.eval_samples is None else out / f"eval{args.eval_samples}", timing, settings,
                   run_provenance(results))

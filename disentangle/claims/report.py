@@ -138,7 +138,7 @@ def markdown(rows: list[dict], timing: dict | None = None) -> str:
         mine = [r for r in rows if r["paper"] == paper]
         if not mine:
             continue
-        head = f"### {PAPER_TITLES[paper]}"
+        head = f"### {PAPER_TITLES[paper]}" + "".join(sorted({f" on {r['data']}" for r in mine if r.get("data")}))
         if timing and paper in timing:
             head += f" — {timing[paper]['elapsed_s'] / 60:.0f} min"
         level = " / ".join(_percent(x) for x in sorted({r.get("confidence") or 0.95 for r in mine}))
@@ -187,7 +187,8 @@ def figure(rows: list[dict], path: Path) -> Path | None:
         ax.set_yticks(range(len(mine)))
         ax.set_yticklabels([f"{comparison(r)} ({METRIC_LABELS.get(r['metric'], r['metric'])})" for r in mine],
                            fontsize=8)
-        ax.set_title(PAPER_TITLES[paper], fontsize=10, loc="left")
+        on = "".join(sorted({f" on {r['data']}" for r in mine if r.get("data")}))
+        ax.set_title(PAPER_TITLES[paper] + on, fontsize=10, loc="left")
     present = [v for v in colours if any(r["verdict"] == v for r in rows)]
     axes[0, 0].legend(handles=[plt.Line2D([], [], color=colours[v], marker="o", lw=2, label=v) for v in present],
                       fontsize=7, loc="best", title="verdict", title_fontsize=7)
