@@ -377,18 +377,20 @@ def _verdict_words(claims: dict) -> str:
 
 def render_into(page: Path, results: dict | None) -> None:
     """Replace the text between the gpu-check markers of ``page`` by :func:`render` of ``results``."""
-    text = page.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{page} has no '{BEGIN}' ... '{END}' section")
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    page.write_text(f"{head}{BEGIN}\n{render(results)}\n{END}{tail}", encoding="utf-8")
+    from .foundation.sections import replace_section
+
+    try:
+        text = replace_section(page.read_text(encoding="utf-8"), BEGIN, END, render(results))
+    except ValueError as exc:
+        raise ValueError(f"{page}: {exc}") from None
+    page.write_text(text, encoding="utf-8")
 
 
 def rendered_section(page: Path) -> str:
     """The text between the markers of ``page`` (what :func:`render_into` wrote)."""
-    text = page.read_text(encoding="utf-8")
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    from .foundation.sections import section
+
+    return section(page.read_text(encoding="utf-8"), BEGIN, END)
 
 
 def main(argv=None) -> int:

@@ -523,3 +523,33 @@ def test_the_headline_claims_also_run_on_the_causal_chamber_in_a_table_of_their_
     with pytest.raises(ValueError, match="datasets.x: claims must name catalogue claims"):
         from disentangle.claims.catalog import parse_datasets
         parse_datasets({"datasets": {"x": {"overrides": ["data=shapes2d"], "claims": ["nope"]}}}, CLAIMS)
+
+
+def test_render_splices_the_tables_into_a_page_between_its_marker_lines(tmp_path, capsys):
+    """--render RESULTS --page PAGE: the tables replace what lies between the page's marker lines, the prose around
+    them stays; a marker that is missing or only quoted in prose is a one-line error."""
+    from disentangle.claims.command import main
+    from disentangle.claims.report import load_results, markdown, results_record
+    from disentangle.foundation.sections import section
+
+    claim = {c.name: c for c in CLAIMS}["qlae_above_ae_infom"]
+    row = assess(claim, _results(claim, {"QLAE": [0.7, 0.6, 0.8, 0.75, 0.7], "AE": [0.5, 0.55, 0.6, 0.5, 0.5]}),
+                 range(5))
+    (tmp_path / "results.json").write_text(json.dumps(results_record([row], {}, {})))
+    page = tmp_path / "page.md"
+    page.write_text("# Claims\n\nprose before, quoting `<!-- claims:begin -->` inline\n\n<!-- claims:begin -->\nold "
+                    "table\n<!-- claims:end -->\n\nprose after\n")
+    assert main(["--render", str(tmp_path / "results.json"), "--out", str(tmp_path / "out"), "--page", str(page)]) == 0
+    text = page.read_text()
+    rows, timing = load_results(tmp_path / "results.json")
+    assert section(text, "<!-- claims:begin -->", "<!-- claims:end -->") == markdown(rows, timing).strip()
+    assert text.startswith("# Claims\n\nprose before") and text.endswith("<!-- claims:end -->\n\nprose after\n")
+    assert "old table" not in text
+    moved = on_data([claim], load_datasets()["causalchamber"])[0]
+    (tmp_path / "cc.json").write_text(json.dumps(results_record(
+        [assess(moved, _results(moved, {"QLAE": [0.7, 0.6], "AE": [0.5, 0.55]}), [0, 1])], {}, {})))
+    assert main(["--render", str(tmp_path / "cc.json"), "--out", str(tmp_path / "cc"), "--page", str(page)]) == 2
+    assert "exactly one line '<!-- claims causalchamber:begin -->'" in capsys.readouterr().err
+    page.write_text(text + "\n<!-- claims:begin -->\n")
+    assert main(["--render", str(tmp_path / "results.json"), "--out", str(tmp_path / "out"), "--page", str(page)]) == 2
+    assert "found 2" in capsys.readouterr().err

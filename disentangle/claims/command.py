@@ -66,7 +66,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--render", type=Path, default=None, metavar="RESULTS",
                    help="write OUT/claims.md and OUT/claims.png from a stored results.json (or claims.json) without "
                         "training; the intervals and verdicts are recomputed from its per-seed values")
+    p.add_argument("--page", type=Path, default=None, metavar="PAGE",
+                   help="with --render: also replace the tables between PAGE's <!-- claims:begin --> and <!-- "
+                        "claims:end --> lines (<!-- claims NAME:begin --> for --data NAME's results)")
     args = p.parse_args(argv)
+    if args.page is not None and args.render is None:
+        p.error("--page goes with --render RESULTS")
     if args.out is None:
         args.out = Path("outputs/claims" + (f"-{args.data}" if args.data else ""))
     return args
@@ -146,6 +151,10 @@ def run(args) -> int:
 
         rows, timing = load_results(args.render)
         paths = render(rows, args.out, timing)
+        if args.page is not None:
+            from .report import render_into_page
+
+            paths["page"] = render_into_page(rows, args.page, timing)
         print("written: " + ", ".join(str(p) for p in paths.values()))
         return 0
     claims = select_claims(catalogue(args.data), args.names)

@@ -235,6 +235,34 @@ def results_record(rows: list[dict], timing: dict | None, settings: dict, runs: 
             "runs": runs or [], "claims": _finite(rows)}
 
 
+BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+
+
+def markers(rows: list[dict]) -> tuple[str, str]:
+    """The page markers the rows' tables go between: ``claims:begin``/``claims:end``, or
+    ``claims NAME:begin``/``claims NAME:end`` for rows of ``--data NAME``."""
+    data = sorted({r.get("data") for r in rows if r.get("data")})
+    if not data:
+        return BEGIN, END
+    name = "+".join(data)
+    return f"<!-- claims {name}:begin -->", f"<!-- claims {name}:end -->"
+
+
+def render_into_page(rows: list[dict], page: Path, timing: dict | None = None) -> Path:
+    """Replace the tables between ``page``'s :func:`markers` lines by :func:`markdown` of the rows (the prose
+    around them stays as written)."""
+    from ..foundation.sections import replace_section
+
+    begin, end = markers(rows)
+    page = Path(page)
+    try:
+        text = replace_section(page.read_text(encoding="utf-8"), begin, end, markdown(rows, timing))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--page {page}: {exc}") from None
+    page.write_text(text, encoding="utf-8")
+    return page
+
+
 def render(rows: list[dict], out: Path, timing: dict | None = None) -> dict[str, Path]:
     """claims.md and claims.png in ``out`` from claim rows (no training)."""
     out = Path(out)

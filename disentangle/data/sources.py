@@ -332,15 +332,22 @@ def sources_markdown(files: dict[str, DatasetFile] | None = None) -> str:
 
 def render_into(page: str, markdown: str) -> str:
     """``page`` with the text between its ``<!-- sources:start -->`` and ``<!-- sources:end -->`` lines replaced."""
-    if page.count(START) != 1 or page.count(END) != 1 or page.index(START) > page.index(END):
-        raise SourcesError(f"the page needs one {START} line and one {END} line after it")
-    head, rest = page.split(START, 1)
-    return f"{head}{START}\n{markdown}{END}{rest.split(END, 1)[1]}"
+    head, _, tail = _split(page)
+    return f"{head}{markdown}{tail}"
+
+
+def _split(page: str) -> tuple[str, str, str]:
+    from ..foundation.sections import split_section
+
+    try:
+        return split_section(page, START, END)
+    except ValueError:
+        raise SourcesError(f"the page needs one {START} line and one {END} line after it") from None
 
 
 def section_of(page: str) -> str:
     """The text between the page's markers (what :func:`render_into` wrote)."""
-    return page.split(START, 1)[1].split(END, 1)[0].removeprefix("\n")
+    return _split(page)[1]
 
 
 def main(argv=None) -> int:
