@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 # what the preloaded interpreter imports: the package's own launcher's list
-from disentangle.runtime.launch import PRELOAD, run_as_main
+from disentangle.runtime.launch import PRELOAD, exit_steps, run_as_main
 
 ROOT = Path(__file__).resolve().parents[1]
 ENABLED = os.environ.get("DISENTANGLE_TEST_FORK", "1") != "0"
@@ -45,9 +45,6 @@ RUNTIME_PREFIXES = ("PYTEST_", "HYDRA_")
 # ----------------------------------------------------------------------------------------------------- the server
 def _become(request: dict) -> None:
     """In the forked child: turn into ``python -m MODULE ARGV`` and exit with its code (never returns)."""
-    import atexit as child_atexit
-    import threading
-
     code = 1
     try:
         os.chdir(request["cwd"])
@@ -60,8 +57,7 @@ def _become(request: dict) -> None:
             os.dup2(target, fd)
             os.close(target)
         code = run_as_main(request["module"], request["argv"], request["cwd"])
-        threading._shutdown()   # the interpreter joins non-daemon threads before the atexit handlers
-        child_atexit._run_exitfuncs()
+        exit_steps()   # as the interpreter ends: threading's shutdown, then the atexit handlers
     finally:
         try:
             sys.stdout.flush()

@@ -172,8 +172,8 @@ def test_no_private_name_is_imported_from_another_module():
         pytest.fail(_report("private names imported from another module", problems), pytrace=False)
 
 
-# the one private name read off the standard library: a forked child runs the interpreter's exit steps itself, and
-# the atexit handlers have no public way to be run (disentangle.runtime.launch)
+# the private names read off the standard library: a forked child runs the interpreter's exit steps itself, and
+# neither threading's shutdown nor the atexit handlers have a public way to be run (disentangle.runtime.launch)
 STDLIB_PRIVATE_ALLOWED = {("disentangle.runtime.launch", "atexit._run_exitfuncs"),
                           ("disentangle.runtime.launch", "threading._shutdown")}
 

@@ -81,11 +81,21 @@ def run_as_main(module: str, argv: Sequence[str], cwd: str) -> int:
     return 0
 
 
-def _become(module: str, argv: list[str], cwd: str, env: dict, log: str, threads: int | None) -> None:
-    """In the forked child: run ``python -m MODULE ARGV`` and exit with its code."""
+def exit_steps() -> None:
+    """The interpreter's exit steps, which a forked child (multiprocessing's, or tests/forked_cli.py's) skips, in
+    the interpreter's order: threading's own shutdown (its exit hooks, which stop concurrent.futures' and
+    joblib/loky's executors, then non-daemon threads joined; a manual join waited forever on loky's manager thread
+    after DCI's forests), then the atexit handlers (logging's flush, weakref finalizers such as temporary
+    directories, W&B's teardown)."""
     import atexit
     import threading
 
+    threading._shutdown()
+    atexit._run_exitfuncs()
+
+
+def _become(module: str, argv: list[str], cwd: str, env: dict, log: str, threads: int | None) -> None:
+    """In the forked child: run ``python -m MODULE ARGV`` and exit with its code."""
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -99,12 +109,7 @@ def _become(module: str, argv: list[str], cwd: str, env: dict, log: str, threads
     for fd in (1, 2):
         os.dup2(target, fd)
     code = run_as_main(module, argv, cwd)
-    # the interpreter's exit steps, which multiprocessing's children skip, in its order: threading's own shutdown
-    # (its exit hooks, which stop concurrent.futures' and joblib/loky's executors, then non-daemon threads joined;
-    # a manual join waited forever on loky's manager thread after DCI's forests), then the atexit handlers
-    # (logging's flush, weakref finalizers such as temporary directories, W&B's teardown)
-    threading._shutdown()
-    atexit._run_exitfuncs()
+    exit_steps()
     sys.stdout.flush()
     sys.stderr.flush()
     raise SystemExit(code & 0xFF)   # multiprocessing's child exits with it
