@@ -90,6 +90,16 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+def _levels(rows: list[dict], sep: str = " / ") -> str:
+    """The rows' interval levels, e.g. '95%' or '95% / 99.17%'."""
+    return sep.join(_percent(x) for x in sorted({r.get("confidence") or 0.95 for r in rows}))
+
+
+def _on_data(rows: list[dict]) -> str:
+    """' on NAME' for rows of --data NAME ('' for the catalogue's own datasets)."""
+    return "".join(sorted({f" on {r['data']}" for r in rows if r.get("data")}))
+
+
 def summary(rows: list[dict]) -> str:
     """The headline in the verdicts' own words: how many claims hold, are inconclusive (and which way they lean)
     and are contradicted, the seeds behind them and the interval level."""
@@ -105,12 +115,11 @@ def summary(rows: list[dict]) -> str:
     if count["incomplete"]:
         parts.append(f"{count['incomplete']} {are(count['incomplete'])} incomplete")
     seeds = sorted({r["n_seeds"] for r in rows if r.get("n_seeds")})
-    levels = sorted({r.get("confidence") or 0.95 for r in rows})
     text = f"Of {_count(len(rows), 'claim', 'claims')}, " + ", ".join(parts[:-1]) + " and " + parts[-1] + "."
     if seeds:
         text += f" Seeds per claim: {seeds[0]}" + (f" to {seeds[-1]}" if seeds[-1] != seeds[0] else "") + "."
-    if levels:
-        text += " Intervals: paired t, " + " and ".join(_percent(x) for x in levels)
+    if rows:
+        text += " Intervals: paired t, " + _levels(rows, " and ")
         if any(r.get("sequential") for r in rows):
             text += (" (--seeds auto: every look at the Bonferroni level over its "
                      f"{max((r.get('sequential') or {}).get('max_looks', 1) for r in rows)} possible looks)")
@@ -138,12 +147,11 @@ def markdown(rows: list[dict], timing: dict | None = None) -> str:
         mine = [r for r in rows if r["paper"] == paper]
         if not mine:
             continue
-        head = f"### {PAPER_TITLES[paper]}" + "".join(sorted({f" on {r['data']}" for r in mine if r.get("data")}))
+        head = f"### {PAPER_TITLES[paper]}{_on_data(mine)}"
         if timing and paper in timing:
             head += f" — {timing[paper]['elapsed_s'] / 60:.0f} min"
-        level = " / ".join(_percent(x) for x in sorted({r.get("confidence") or 0.95 for r in mine}))
-        out += [head, "", f"| claim | metric | published | measured | difference [{level} CI] | Holm p | d (SD) "
-                "| seeds | verdict | CPU time |", "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [head, "", f"| claim | metric | published | measured | difference [{_levels(mine)} CI] | Holm p "
+                "| d (SD) | seeds | verdict | CPU time |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in mine:
             pub = f"{_num(r['published_better'], 2)} vs {_num(r['published_worse'], 2)}"
             meas = f"{_num(r['better_mean'])} vs {_num(r['worse_mean'])}"
@@ -187,13 +195,11 @@ def figure(rows: list[dict], path: Path) -> Path | None:
         ax.set_yticks(range(len(mine)))
         ax.set_yticklabels([f"{comparison(r)} ({METRIC_LABELS.get(r['metric'], r['metric'])})" for r in mine],
                            fontsize=8)
-        on = "".join(sorted({f" on {r['data']}" for r in mine if r.get("data")}))
-        ax.set_title(PAPER_TITLES[paper] + on, fontsize=10, loc="left")
+        ax.set_title(PAPER_TITLES[paper] + _on_data(mine), fontsize=10, loc="left")
     present = [v for v in colours if any(r["verdict"] == v for r in rows)]
     axes[0, 0].legend(handles=[plt.Line2D([], [], color=colours[v], marker="o", lw=2, label=v) for v in present],
                       fontsize=7, loc="best", title="verdict", title_fontsize=7)
-    level = " / ".join(_percent(x) for x in sorted({r.get("confidence") or 0.95 for r in rows}))
-    axes[-1, 0].set_xlabel(f"difference better − worse (same seed): mean and {level} interval\n"
+    axes[-1, 0].set_xlabel(f"difference better − worse (same seed): mean and {_levels(rows)} interval\n"
                            "ticks: the seeds' differences")
     fig.tight_layout()
     path = Path(path)
@@ -211,7 +217,7 @@ def run_provenance(results: dict) -> list[dict]:
     shows every machine and commit it was trained on."""
     groups: dict[tuple, int] = {}
     for result in results.values():
-        m = getattr(result, "metrics", None) or {}
+        m = result.metrics
         if not m:
             continue
         versions, where = m.get("versions") or {}, m.get("machine") or {}

@@ -9,31 +9,23 @@ from __future__ import annotations
 __all__ = ["replace_section", "section", "split_section"]
 
 
-def _line_of(text: str, marker: str, what: str) -> int:
-    """The offset of the one line of ``text`` that is exactly ``marker``."""
-    starts = [i for i in _line_starts(text) if text[i:].split("\n", 1)[0].strip() == marker]
-    if len(starts) != 1:
-        raise ValueError(f"the page needs exactly one line '{marker}' ({what} marker); found {len(starts)}")
-    return starts[0]
-
-
-def _line_starts(text: str):
-    yield 0
-    at = text.find("\n")
-    while at != -1:
-        yield at + 1
-        at = text.find("\n", at + 1)
+def _line_of(lines: list[str], marker: str, what: str) -> int:
+    """The index of the one line that is exactly ``marker`` (surrounding spaces aside)."""
+    found = [i for i, line in enumerate(lines) if line.strip() == marker]
+    if len(found) != 1:
+        raise ValueError(f"the page needs exactly one line '{marker}' ({what} marker); found {len(found)}")
+    return found[0]
 
 
 def split_section(text: str, begin: str, end: str) -> tuple[str, str, str]:
     """``(head, body, tail)``: ``head`` up to and including the begin line's newline, ``body`` the lines between,
     ``tail`` from the end line on. A ValueError (one line) when the markers are not each alone on one line, in
     order."""
-    b, e = _line_of(text, begin, "begin"), _line_of(text, end, "end")
+    lines = text.splitlines(keepends=True)
+    b, e = _line_of(lines, begin, "begin"), _line_of(lines, end, "end")
     if e < b:
         raise ValueError(f"the page's '{end}' line comes before its '{begin}' line")
-    after_begin = text.index("\n", b) + 1 if "\n" in text[b:] else len(text)
-    return text[:after_begin], text[after_begin:e], text[e:]
+    return "".join(lines[:b + 1]), "".join(lines[b + 1:e]), "".join(lines[e:])
 
 
 def section(text: str, begin: str, end: str) -> str:

@@ -37,9 +37,9 @@ def enabled() -> bool:
 
 
 def forkable(env: Mapping[str, str]) -> bool:
-    """True when ``env`` differs from this process's environment only in variables read at run time: a child
-    forked with it behaves as a fresh interpreter started with it."""
-    # compared with the environment the server imported under (a caller may have changed its own since)
+    """True when ``env`` differs from the environment the fork server imported under (this process's, before the
+    server starts) only in variables read at run time: a child forked with it behaves as a fresh interpreter
+    started with it."""
     server = _SERVER_ENV if _SERVER_ENV is not None else dict(os.environ)
     keys = set(env) | set(server)
     return all(env.get(k) == server.get(k) for k in keys
