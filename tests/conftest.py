@@ -30,7 +30,7 @@ os.environ["DISENTANGLE_UNVERIFIED_RAW"] = "1"
 # importing, so the preloaded interpreter of tests/forked_cli.py and the commands it forks must agree on it
 os.environ.setdefault("MPLBACKEND", "Agg")
 # a test stopped by the global timeout (pyproject: [tool.pytest.ini_options] timeout) leaves no process behind
-pytest_plugins = ["process_cleanup"]
+pytest_plugins = ["process_cleanup", "cpu_budget"]
 CONF = ROOT / "conf"
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 DATASETS = sorted(p.stem for p in (CONF / "data").glob("*.yaml"))
