@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from ..errors import ConfigError
 from ..foundation.devices import concurrent_jobs
+from .config_files import cache_parsed_configs
 
 
 def _register() -> None:
@@ -28,6 +29,7 @@ def _register() -> None:
 
 
 _register()
+cache_parsed_configs()  # each config file parsed once per process (runtime.config_files)
 
 
 def one_line(exc: BaseException) -> str:
