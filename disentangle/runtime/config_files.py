@@ -68,4 +68,3 @@ def cache_parsed_configs(enabled: bool = True) -> None:
         registry.types[scheme] = cached if enabled else hydra_source
     if not enabled:
         _PARSED.clear()
-
